@@ -1,0 +1,125 @@
+# attnctl — build, test, install.  `make check` on a fresh Debian 12 installs
+# what it needs (apt-get, with sudo when not root), builds and runs the tests.
+
+PREFIX  ?= /usr/local
+DESTDIR ?=
+BUILD   ?= build
+CC      ?= cc
+
+# Debian packages the build and the tests need; installed when missing.
+DEB_BUILD_PKGS := gcc make pkg-config libcjson-dev libcsv-dev check libsubunit-dev \
+                  libutf8proc-dev zlib1g-dev libopenblas-dev
+DEB_CHECK_PKGS := $(DEB_BUILD_PKGS) python3 valgrind groff-base
+DEB_CLANG_PKGS := clang libomp-dev libclang-rt-14-dev libfuzzer-14-dev
+
+WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
+OPT      ?= -O2 -march=native
+CPPFLAGS += -Iinclude -D_GNU_SOURCE
+CFLAGS   ?=
+CFLAGS   += -std=c11 $(WARN) $(OPT) -fopenmp -g
+LDLIBS   := -lcjson -lcsv -lutf8proc -lz -lopenblas -lm
+CHECK_LIBS := -lcheck_pic -lsubunit -lrt -pthread -lm
+
+ifeq ($(SAN),1)
+CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDFLAGS += -fsanitize=address,undefined
+endif
+
+NN_SRCS   := $(sort $(wildcard src/nn/*.c))
+TEXT_SRCS := $(sort $(wildcard src/text/*.c))
+IO_SRCS   := $(sort $(wildcard src/io/*.c))
+UTIL_SRCS := $(sort $(wildcard src/util/*.c))
+TRAIN_SRCS := $(sort $(wildcard src/train/*.c))
+CLI_SRCS  := $(sort $(wildcard src/cli/*.c))
+LIB_SRCS  := $(UTIL_SRCS) $(NN_SRCS) $(TEXT_SRCS) $(IO_SRCS) $(TRAIN_SRCS)
+
+obj = $(patsubst %.c,$(BUILD)/%.o,$(1))
+NN_OBJS   := $(call obj,$(NN_SRCS))
+TEXT_OBJS := $(call obj,$(TEXT_SRCS))
+IO_OBJS   := $(call obj,$(IO_SRCS))
+UTIL_OBJS := $(call obj,$(UTIL_SRCS))
+CLI_OBJS  := $(call obj,$(CLI_SRCS))
+LIB_OBJS  := $(call obj,$(LIB_SRCS))
+
+LIB := $(BUILD)/libattnctl.a
+BIN := $(BUILD)/attnctl
+
+TEST_SRCS := $(sort $(wildcard tests/test_*.c))
+TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
+DEPS_STAMP := $(BUILD)/.deps-ok
+
+.PHONY: all deps deps-clang check asan clang bench demo install uninstall clean fuzz
+.DEFAULT_GOAL := all
+
+all: attnctl
+
+attnctl: $(BIN)
+	cp $(BIN) attnctl
+
+# ---- Debian packages -------------------------------------------------------
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+define install_missing
+	@missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "Installing Debian packages:$$missing"; \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null || exit 1; \
+	fi
+endef
+
+$(DEPS_STAMP):
+	$(call install_missing,$(DEB_CHECK_PKGS))
+	@mkdir -p $(BUILD) && touch $@
+
+deps: $(DEPS_STAMP)
+
+deps-clang: $(DEPS_STAMP)
+	$(call install_missing,$(DEB_CLANG_PKGS))
+
+# ---- build -----------------------------------------------------------------
+$(BUILD)/%.o: %.c | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(LIB): $(LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BIN): $(CLI_OBJS) $(LIB)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(CLI_OBJS) $(LIB) $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c $(LIB) | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -MMD -MP -o $@ $< $(LIB) $(LDLIBS) $(CHECK_LIBS)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# ---- tests -----------------------------------------------------------------
+# Each Check suite prints its own summary; tests/run.sh sums them up and
+# fails when any suite fails.
+check: $(TEST_BINS) $(BIN)
+	@ATTNCTL=$(abspath $(BIN)) BUILD=$(BUILD) sh tests/run.sh $(TEST_BINS)
+
+asan:
+	$(MAKE) BUILD=build/asan SAN=1 OPT=-O1 check
+
+clang: deps-clang
+	$(MAKE) BUILD=build/clang CC=clang check
+
+bench: $(BIN)
+	$(BIN) bench --config models/bench-a.json --batch-size 32 --threads 2
+	@if [ -f ../shared/data/imdb/train.csv.gz ]; then $(BIN) bench --data ../shared/data/imdb/train.csv.gz --steps 0; fi
+
+demo: $(BIN)
+	@sh data/demo.sh $(BIN)
+
+install: $(BIN)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1
+	install -m 755 $(BIN) $(DESTDIR)$(PREFIX)/bin/attnctl
+	install -m 644 attnctl.1 $(DESTDIR)$(PREFIX)/share/man/man1/attnctl.1
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/attnctl $(DESTDIR)$(PREFIX)/share/man/man1/attnctl.1
+
+clean:
+	rm -rf build attnctl

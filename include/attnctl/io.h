@@ -1,0 +1,148 @@
+/* Model files: safetensors tensors, config.json (cJSON), vocab.txt, trainer
+ * state, and the model directory with atomic saves and validated loads. */
+#ifndef ATTNCTL_IO_H
+#define ATTNCTL_IO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attnctl/error.h"
+#include "attnctl/model.h"
+#include "attnctl/optim.h"
+#include "attnctl/text.h"
+
+#define AC_VERSION "0.1.0"
+
+/* --------------------------------------------------------------- safetensors */
+
+#define AC_ST_MAX_DIMS 8
+#define AC_ST_MAX_HEADER 100000000ULL
+
+typedef struct {
+    char *name;
+    char dtype[8];        /* only "F32" is accepted on load */
+    int ndim;
+    int64_t shape[AC_ST_MAX_DIMS];
+    size_t begin, end;    /* byte offsets into data */
+} ac_st_tensor;
+
+typedef struct {
+    int n;
+    ac_st_tensor *tensors;
+    unsigned char *data;  /* the data section (owned) */
+    size_t data_len;
+    char **meta_keys, **meta_values; /* __metadata__ (string -> string) */
+    int n_meta;
+} ac_safetensors;
+
+/* Validates everything the reference library validates (size >= 8, header
+ * length <= 100 MB and inside the file, UTF-8 JSON object, known dtype,
+ * shape x dtype = byte size, offsets contiguous from 0 without overlap, no
+ * trailing bytes, no duplicate names, no overflow). Errors name the file. */
+int ac_st_load(ac_safetensors *st, const char *path, ac_err *err);
+int ac_st_parse(ac_safetensors *st, const unsigned char *buf, size_t len, const char *name, ac_err *err);
+const ac_st_tensor *ac_st_find(const ac_safetensors *st, const char *name);
+const float *ac_st_f32(const ac_safetensors *st, const ac_st_tensor *t); /* NULL if misaligned/not F32 */
+void ac_st_free(ac_safetensors *st);
+
+/* Writing: tensors given as (name, shape, data) triples; written atomically
+ * (temporary file in the same directory, fsync, rename, fsync directory). */
+typedef struct {
+    const char *name;
+    int ndim;
+    int64_t shape[AC_ST_MAX_DIMS];
+    const float *data;
+} ac_st_entry;
+int ac_st_save(const char *path, const ac_st_entry *entries, int n, const char *const *meta_kv,
+               int n_meta, ac_err *err);
+
+/* ------------------------------------------------------------ configuration */
+
+typedef struct {
+    int epochs;
+    int batch_size;
+    ac_optim_config optim;
+    double warmup_frac;   /* warmup steps = warmup_frac * total steps (used when optim.warmup_steps < 0) */
+    uint64_t seed;
+    double val_split;     /* share of the training file kept for validation */
+    int patience;         /* evaluations without improvement before stopping; 0 = never */
+    long eval_every;      /* steps between evaluations; 0 = once per epoch */
+    int32_t vocab_max;    /* vocabulary size limit, specials included */
+    int64_t min_count;
+} ac_train_config;
+
+typedef struct {
+    char version[32];
+    char train_file[1024];
+    char train_sha256[65];
+    int64_t rows_used;
+    char date[32];               /* ISO 8601 UTC */
+    double best_val_accuracy;    /* < 0 when unknown */
+} ac_provenance;
+
+typedef struct {
+    ac_model_config model;
+    ac_tokenizer_config tokenizer;
+    int n_labels;
+    char **labels;
+    ac_train_config training;
+    ac_provenance provenance;
+} ac_config;
+
+void ac_config_defaults(ac_config *c);
+/* Reads a config.json or a preset (presets may omit labels, provenance and
+ * any field: what is absent keeps its current value in *c unless `full` is
+ * set, when every required key must be present). Unknown keys, wrong types and
+ * out-of-range values are errors naming the file and the key path
+ * (e.g. "config.json: model.d_model: must be a positive integer"). */
+int ac_config_load(ac_config *c, const char *path, int full, ac_err *err);
+int ac_config_parse(ac_config *c, const char *json, size_t len, const char *name, int full,
+                    ac_err *err);
+/* Pretty-printed, stable key order. Caller frees the string. */
+char *ac_config_to_json(const ac_config *c);
+void ac_config_free(ac_config *c); /* frees labels */
+
+/* -------------------------------------------------------------- trainer state */
+
+typedef struct {
+    long step;            /* optimizer steps done */
+    int epoch;            /* current epoch (0-based) */
+    int64_t batch_in_epoch; /* batches of this epoch already done */
+    uint64_t seed;        /* all randomness derives from (seed, epoch, step) */
+    double best_metric;   /* best validation accuracy so far (-1 none) */
+    long best_step;
+    int bad_evals;        /* evaluations since the best (early stopping) */
+    double train_loss_sum; /* running sums since the last evaluation */
+    long train_loss_count;
+} ac_trainer_state;
+
+/* -------------------------------------------------------------- model folder */
+
+typedef struct {
+    ac_config config;
+    ac_vocab vocab;
+    ac_model model;       /* parameters loaded; activations not allocated */
+} ac_model_dir;
+
+/* Loads config.json, vocab.txt and model.safetensors and checks them against
+ * each other (names, shapes, vocab line count, labels count). */
+int ac_model_dir_load(ac_model_dir *md, const char *dir, ac_err *err);
+void ac_model_dir_free(ac_model_dir *md);
+
+/* Saves config.json, vocab.txt and model.safetensors atomically (each file
+ * via temp + fsync + rename, then fsync of the directory); creates dir. On
+ * failure the previous files are intact. When m1/m2/state are non-NULL also
+ * writes optimizer.safetensors and trainer_state.json for --resume. */
+int ac_model_dir_save(const char *dir, const ac_config *cfg, const ac_vocab *v, const ac_model *m,
+                      const float *m1, const float *m2, const ac_trainer_state *state,
+                      ac_err *err);
+/* Loads optimizer.safetensors (moments, names "m1.<param>" / "m2.<param>") and trainer_state.json. */
+int ac_model_dir_load_resume(const char *dir, const ac_model *m, float *m1, float *m2,
+                             ac_trainer_state *state, ac_err *err);
+
+/* Atomically replace path with the given bytes. */
+int ac_write_file_atomic(const char *path, const void *data, size_t len, ac_err *err);
+/* SHA-256 of a file, hex. */
+int ac_sha256_file(const char *path, char hex[65], ac_err *err);
+
+#endif

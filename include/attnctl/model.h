@@ -1,0 +1,133 @@
+/* The encoder classifier: embedding + sinusoidal positions -> LayerNorm ->
+ * N post-LN encoder layers -> pooling over valid positions -> Linear(d, C).
+ * Parameters live in one flat buffer described by a table; gradients and the
+ * AdamW moments use the same layout. */
+#ifndef ATTNCTL_MODEL_H
+#define ATTNCTL_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attnctl/error.h"
+#include "attnctl/nn.h"
+
+#define AC_MAX_LAYERS 64
+#define AC_PARAM_NAME_LEN 48
+
+typedef struct {
+    int vocab_size;  /* V, including specials */
+    int max_len;     /* T: longest sequence the model takes */
+    int d_model;     /* d */
+    int n_heads;     /* H, divides d */
+    int d_ff;        /* ff */
+    int n_layers;    /* N */
+    int n_classes;   /* C >= 2 */
+    ac_pooling pooling;
+    float dropout;   /* 0 <= p < 1 */
+    float ln_eps;    /* 1e-6 */
+} ac_model_config;
+
+/* Checks ranges; fills err naming the field. */
+int ac_model_config_validate(const ac_model_config *cfg, ac_err *err);
+const char *ac_pooling_name(ac_pooling p);
+int ac_pooling_parse(const char *s, ac_pooling *out); /* 0 ok, -1 unknown */
+
+typedef struct {
+    char name[AC_PARAM_NAME_LEN]; /* e.g. "layers.0.attn.q.weight" */
+    int ndim;                     /* 1 or 2 */
+    int shape[2];
+    size_t offset;                /* in floats, into the flat buffer */
+    size_t numel;
+    int weight_decay;             /* 1 for matrices (Linear, embedding), 0 for biases and LayerNorm */
+} ac_param_info;
+
+/* Pointers into the flat buffer for one encoder layer. */
+typedef struct {
+    float *q_w, *k_w, *v_w, *out_w, *out_b;
+    float *ln1_w, *ln1_b;
+    float *fc1_w, *fc1_b, *fc2_w, *fc2_b;
+    float *ln2_w, *ln2_b;
+} ac_layer_params;
+
+typedef struct {
+    float *embed_w, *embed_norm_w, *embed_norm_b;
+    ac_layer_params layers[AC_MAX_LAYERS];
+    float *head_w, *head_b;
+} ac_param_ptrs;
+
+/* Activation buffers for the largest (B, T) asked at setup. */
+typedef struct {
+    int max_B, max_T;
+    float *mem;      /* one allocation holding everything below */
+    size_t n_floats;
+    /* per-layer saved tensors are indexed [layer] */
+    float *embed_sum;                 /* [B,T,d] embedding + positions */
+    float *embed_ln, *embed_mean, *embed_rstd; /* [B,T,d], [B,T], [B,T] */
+    float *embed_out;                 /* [B,T,d] after dropout: input of layer 0 */
+    float *embed_mask;                /* dropout mask [B,T,d] */
+    float *q[AC_MAX_LAYERS], *k[AC_MAX_LAYERS], *v[AC_MAX_LAYERS];
+    float *probs[AC_MAX_LAYERS];      /* [B,H,T,T] attention probabilities */
+    float *attn[AC_MAX_LAYERS];       /* [B,T,d] concatenated heads */
+    float *attn_proj[AC_MAX_LAYERS];  /* [B,T,d] after out projection */
+    float *attn_mask[AC_MAX_LAYERS];  /* dropout mask */
+    float *res1[AC_MAX_LAYERS];       /* x + dropout(attn_proj) */
+    float *ln1[AC_MAX_LAYERS], *ln1_mean[AC_MAX_LAYERS], *ln1_rstd[AC_MAX_LAYERS];
+    float *fc1[AC_MAX_LAYERS];        /* [B,T,ff] pre-ReLU */
+    float *relu[AC_MAX_LAYERS];       /* [B,T,ff] */
+    float *fc2[AC_MAX_LAYERS];        /* [B,T,d] */
+    float *ffn_mask[AC_MAX_LAYERS];
+    float *res2[AC_MAX_LAYERS];
+    float *ln2[AC_MAX_LAYERS], *ln2_mean[AC_MAX_LAYERS], *ln2_rstd[AC_MAX_LAYERS];
+    float *pooled;                    /* [B,d] */
+    int32_t *pool_argmax;             /* [B,d] */
+    float *pooled_drop, *pooled_mask; /* [B,d] */
+    float *logits, *probs_out, *losses; /* [B,C], [B,C], [B] */
+    /* backward scratch */
+    float *grad_a, *grad_b, *grad_c, *grad_ff; /* [B,T,d] x3, [B,T,ff] */
+    float *grad_probs;                /* [B,H,T,T] */
+    float *grad_pooled, *grad_logits; /* [B,d], [B,C] */
+} ac_activations;
+
+typedef struct {
+    ac_model_config cfg;
+    int n_tensors;
+    ac_param_info *table;
+    size_t n_params;
+    float *params;   /* [n_params] */
+    float *grads;    /* [n_params] */
+    ac_param_ptrs p; /* views into params */
+    ac_param_ptrs g; /* views into grads */
+    float *pos_table; /* [max_len, d] fixed */
+    ac_activations act;
+    /* state of the last forward, used by backward */
+    int last_B, last_T, last_train;
+    const int32_t *last_ids, *last_lengths, *last_labels;
+} ac_model;
+
+/* Allocates parameters, gradients and the table (not activations). Weights are zero. */
+int ac_model_create(ac_model *m, const ac_model_config *cfg, ac_err *err);
+/* Seeded init: Linear and embedding weights ~ normal(0, 0.02), biases 0,
+ * LayerNorm gains 1 and biases 0. */
+void ac_model_init_weights(ac_model *m, uint64_t seed);
+/* Bytes the activations for (B, T) need (for an early, clear out-of-memory error). */
+size_t ac_model_activation_bytes(const ac_model_config *cfg, int B, int T);
+/* Allocates activations for batches up to B x T (T <= max_len). Idempotent for smaller sizes. */
+int ac_model_alloc_activations(ac_model *m, int B, int T, ac_err *err);
+void ac_model_free(ac_model *m);
+
+/* Index of a tensor by name, or -1. */
+int ac_model_find_tensor(const ac_model *m, const char *name);
+
+/* Forward over a batch. ids [B*T] (pads may hold any valid id, e.g. 0),
+ * lengths [B] (1..T), labels [B] or NULL. train != 0 enables dropout with
+ * masks keyed by dropout_key. Logits land in m->act.logits, class
+ * probabilities in m->act.probs_out, attention maps in m->act.probs[l].
+ * Returns the mean loss when labels are given, else 0. The pointers must stay
+ * valid until backward. Allocates nothing. */
+float ac_model_forward(ac_model *m, const int32_t *ids, const int32_t *lengths,
+                       const int32_t *labels, int B, int T, int train, uint64_t dropout_key);
+void ac_model_zero_grad(ac_model *m);
+/* Backward of the last forward (which must have had labels): adds into m->grads. */
+void ac_model_backward(ac_model *m);
+
+#endif

@@ -1,0 +1,88 @@
+/* Layers as forward/backward pairs on flat float arrays with explicit sizes
+ * (after karpathy/llm.c). Conventions:
+ *  - Activations are row-major [B, T, d] (or [N, dim] with N = B*T).
+ *  - Linear weights are [out, in] as in PyTorch.
+ *  - Forward keeps what backward needs in caller-provided buffers.
+ *  - Backward ADDS into every gradient it writes (d-inputs and d-parameters);
+ *    the caller zeroes gradients once before a backward pass. A gradient
+ *    pointer may be NULL when that gradient is not wanted.
+ *  - `lengths[b]` is the number of valid (non-pad) positions of batch item b,
+ *    1 <= lengths[b] <= T. Pad positions never influence valid ones.
+ *  - Nothing here allocates, prints or exits. Hot loops use OpenMP over rows
+ *    with fixed partitions so results do not depend on the thread count. */
+#ifndef ATTNCTL_NN_H
+#define ATTNCTL_NN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- embedding + fixed sinusoidal positions ----
+ * pos_table [max_len, d]: E(p,2i) = sin(p / 10000^(2i/d)), E(p,2i+1) = cos(same angle). */
+void positions_table_fill(float *pos_table, int max_len, int d);
+/* out[b,t,:] = wte[ids[b,t], :] + pos_table[t, :] */
+void embedding_forward(float *out, const int32_t *ids, const float *wte, const float *pos_table,
+                       int B, int T, int d);
+/* dwte[ids[b,t], :] += dout[b,t,:] over valid positions only (pads get no gradient).
+ * Serial over rows in a fixed order: deterministic. */
+void embedding_backward(float *dwte, const float *dout, const int32_t *ids, const int32_t *lengths,
+                        int B, int T, int d);
+
+/* ---- linear: out[N, out_dim] = in[N, in_dim] @ w[out_dim, in_dim]^T + bias ---- */
+void linear_forward(float *out, const float *in, const float *w, const float *bias,
+                    int N, int in_dim, int out_dim);
+/* din += dout @ w ; dw += dout^T @ in ; dbias += sum_rows(dout) */
+void linear_backward(float *din, float *dw, float *dbias, const float *dout, const float *in,
+                     const float *w, int N, int in_dim, int out_dim);
+
+/* ---- layernorm over the last dimension (eps e.g. 1e-6) ----
+ * mean[N], rstd[N] saved for backward. */
+void layernorm_forward(float *out, float *mean, float *rstd, const float *in, const float *w,
+                       const float *b, int N, int d, float eps);
+void layernorm_backward(float *din, float *dw, float *db, const float *dout, const float *in,
+                        const float *w, const float *mean, const float *rstd, int N, int d);
+
+/* ---- residual: out = a + b ---- */
+void residual_forward(float *out, const float *a, const float *b, size_t n);
+
+/* ---- ReLU ---- */
+void relu_forward(float *out, const float *in, size_t n);
+/* din += dout * (in > 0) */
+void relu_backward(float *din, const float *dout, const float *in, size_t n);
+
+/* ---- inverted dropout: out = in * mask, mask[i] in {0, 1/(1-p)} ----
+ * The mask is drawn from ac_rng_uniform(key, i) (counter based), so it is the
+ * same for any thread count. p == 0 gives mask of ones. */
+void dropout_forward(float *out, float *mask, const float *in, float p, size_t n, uint64_t key);
+/* din += dout * mask */
+void dropout_backward(float *din, const float *dout, const float *mask, size_t n);
+
+/* ---- multi-head self-attention core (projections are separate linears) ----
+ * q, k, v, out: [B, T, d], d = H * dk; heads are contiguous column blocks.
+ * probs: [B, H, T, T] softmax(q k^T * scale) with keys t >= lengths[b] masked
+ * (probability exactly 0). Rows of pad queries (t >= lengths[b]) are left
+ * zero in probs and out. scale is usually 1/sqrt(dk). */
+void attention_forward(float *out, float *probs, const float *q, const float *k, const float *v,
+                       const int32_t *lengths, int B, int T, int d, int H, float scale);
+/* dq, dk, dv += ...; dprobs_scratch is [B, H, T, T] (or larger) workspace, overwritten. */
+void attention_backward(float *dq, float *dk, float *dv, float *dprobs_scratch, const float *dout,
+                        const float *q, const float *k, const float *v, const float *probs,
+                        const int32_t *lengths, int B, int T, int d, int H, float scale);
+
+/* ---- pooling over valid positions: [B, T, d] -> [B, d] ---- */
+typedef enum { AC_POOL_MAX = 0, AC_POOL_MEAN = 1, AC_POOL_CLS = 2 } ac_pooling;
+/* argmax[B, d] (int32) records the winning position for max pooling (unused otherwise, may be NULL). */
+void pool_forward(float *out, int32_t *argmax, const float *in, const int32_t *lengths,
+                  int B, int T, int d, ac_pooling mode);
+void pool_backward(float *din, const float *dout, const int32_t *argmax, const int32_t *lengths,
+                   int B, int T, int d, ac_pooling mode);
+
+/* ---- softmax cross-entropy over C classes, mean over the batch ----
+ * probs[B, C] saved; losses[B] per item; returns the mean loss. labels in [0, C). */
+float crossentropy_forward(float *losses, float *probs, const float *logits, const int32_t *labels,
+                           int B, int C);
+/* dlogits += (probs - onehot(label)) / B */
+void crossentropy_backward(float *dlogits, const float *probs, const int32_t *labels, int B, int C);
+/* Softmax only (inference): probs[B, C] from logits. */
+void softmax_rows(float *probs, const float *logits, int B, int C);
+
+#endif

@@ -1,0 +1,170 @@
+/* The text pipeline: CSV (libcsv, streaming, gzip by content through zlib)
+ * -> (text, label) rows -> tokens (utf8proc) -> ids (vocabulary) -> an
+ * encoded corpus in one int32 array with offsets -> batches. */
+#ifndef ATTNCTL_TEXT_H
+#define ATTNCTL_TEXT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "attnctl/error.h"
+
+/* ------------------------------------------------------------------ reading */
+
+typedef struct {
+    const char *text_column;  /* NULL: first of review, text, sentence (case-insensitive) */
+    const char *label_column; /* NULL: first of sentiment, label, polarity */
+    int need_label;           /* 1: a label column must exist (train, eval) */
+    /* Known classes (e.g. from a model). NULL: discover from the file, ordered
+     * numerically when every label is an integer, else by byte order. When
+     * given, a row whose label is not among them is an error naming the line. */
+    char *const *classes;
+    int n_classes;
+} ac_read_options;
+
+typedef struct {
+    int64_t n_rows;
+    char *text_buf;      /* all texts, each NUL-terminated */
+    int64_t *text_off;   /* [n_rows + 1]: text i is text_buf + text_off[i] */
+    int32_t *labels;     /* [n_rows] class ids, or NULL without a label column */
+    int64_t *line;       /* [n_rows] physical line where the row starts (1-based; header is line 1) */
+    int n_classes;
+    char **classes;      /* class names in class order */
+    int64_t n_empty_skipped; /* rows whose text is empty or only white space: skipped, counted */
+    int64_t n_invalid_utf8;  /* rows that held invalid UTF-8 (decoded as U+FFFD, kept) */
+} ac_rawdata;
+
+/* Reads a whole CSV (plain or gzip, detected by content) streaming through
+ * libcsv. Errors are "FILE:LINE: what is wrong". */
+int ac_rawdata_read(ac_rawdata *out, const char *path, const ac_read_options *opt, ac_err *err);
+static inline const char *ac_rawdata_text(const ac_rawdata *d, int64_t i)
+{
+    return d->text_buf + d->text_off[i];
+}
+static inline size_t ac_rawdata_text_len(const ac_rawdata *d, int64_t i)
+{
+    return (size_t)(d->text_off[i + 1] - d->text_off[i] - 1);
+}
+void ac_rawdata_free(ac_rawdata *d);
+
+/* ---------------------------------------------------------------- tokenizer */
+
+typedef enum { AC_TRUNC_HEAD = 0, AC_TRUNC_TAIL = 1, AC_TRUNC_HEAD_TAIL = 2 } ac_truncation;
+const char *ac_truncation_name(ac_truncation t);
+int ac_truncation_parse(const char *s, ac_truncation *out);
+
+/* Every setting the tokenizer uses; stored in config.json so an old model
+ * keeps tokenizing as it was trained. */
+typedef struct {
+    int nfkc;           /* 1: Unicode NFKC normalisation */
+    int casefold;       /* 1: Unicode case folding */
+    int strip_html;     /* 1: drop tags like <br />, decode entities */
+    int split_hyphens;  /* 0: "well-made" is one token; 1: "well", "-", "made" */
+    int split_apostrophes; /* 0: "don't" is one token; 1: "don", "'", "t" */
+    ac_truncation truncation;
+    int head_tokens;    /* for head+tail: tokens kept from the head (rest from the tail); 0 = max_len/4 */
+} ac_tokenizer_config;
+
+void ac_tokenizer_config_defaults(ac_tokenizer_config *c);
+
+typedef struct {
+    const char *str; /* not NUL-terminated */
+    uint32_t len;
+} ac_token;
+
+typedef struct ac_tokenizer ac_tokenizer; /* owns scratch buffers; one per thread */
+
+int ac_tokenizer_create(ac_tokenizer **out, const ac_tokenizer_config *cfg, ac_err *err);
+void ac_tokenizer_free(ac_tokenizer *t);
+/* Splits text[0..len) into tokens. *tokens stays valid until the next call on
+ * this tokenizer. Returns the number of tokens (>= 0), or -1 on allocation
+ * failure. Invalid UTF-8 bytes become U+FFFD. */
+int64_t ac_tokenize(ac_tokenizer *t, const char *text, size_t len, const ac_token **tokens);
+
+/* --------------------------------------------------------------- vocabulary */
+
+#define AC_PAD_ID 0
+#define AC_UNK_ID 1
+#define AC_CLS_ID 2 /* present only when with_cls */
+
+typedef struct {
+    int32_t size;
+    char **tokens;     /* [size], NUL-terminated */
+    int with_cls;
+    /* open-addressing hash table token -> id */
+    int32_t *slots;
+    uint32_t n_slots;
+} ac_vocab;
+
+/* Builds from the texts of `data` restricted to rows idx[0..n) (all rows if idx is NULL):
+ * specials first (<pad>, <unk>, then <cls> if with_cls), then the most frequent
+ * tokens with count >= min_count, ties by byte order, at most max_size entries
+ * in total (specials included). */
+int ac_vocab_build(ac_vocab *v, const ac_rawdata *data, const int64_t *idx, int64_t n,
+                   const ac_tokenizer_config *tcfg, int32_t max_size, int64_t min_count,
+                   int with_cls, ac_err *err);
+/* vocab.txt: one token a line, id = line number - 1. */
+int ac_vocab_load(ac_vocab *v, const char *path, ac_err *err);
+int ac_vocab_write(const ac_vocab *v, FILE *f, ac_err *err);
+int32_t ac_vocab_lookup(const ac_vocab *v, const char *s, size_t len); /* AC_UNK_ID if absent */
+void ac_vocab_free(ac_vocab *v);
+
+/* ------------------------------------------------------------------- corpus */
+
+typedef struct {
+    int64_t n;
+    int32_t *ids;       /* all sequences, concatenated */
+    int64_t *off;       /* [n + 1] */
+    int32_t *labels;    /* [n] or NULL */
+    int32_t *full_len;  /* [n] tokens before truncation (including <cls>) */
+    int64_t n_tokens;   /* sum of kept lengths */
+    int64_t n_unk;      /* kept tokens that mapped to <unk> */
+    int64_t n_truncated;
+} ac_corpus;
+
+/* Tokenizes and encodes every row (optionally multithreaded, deterministic),
+ * truncating to max_len as the tokenizer config says; prepends <cls> when the
+ * vocabulary has it. A text with no tokens encodes as a single <unk>. */
+int ac_corpus_encode(ac_corpus *c, const ac_rawdata *data, const ac_tokenizer_config *tcfg,
+                     const ac_vocab *v, int max_len, ac_err *err);
+/* Encode one text into ids[0..max_len); returns the kept length (>= 1) and
+ * the length before truncation in *full_len. tokenizer is caller-owned scratch. */
+int ac_encode_text(ac_tokenizer *t, const ac_tokenizer_config *tcfg, const ac_vocab *v,
+                   const char *text, size_t len, int max_len, int32_t *ids, int *full_len);
+void ac_corpus_free(ac_corpus *c);
+
+/* --------------------------------------------------------- split & batching */
+
+/* Stratified, seeded split of rows [0, n) by labels: about frac of each class to val. */
+int ac_split_stratified(const int32_t *labels, int64_t n, double frac, uint64_t seed,
+                        int64_t **train_idx, int64_t *n_train, int64_t **val_idx, int64_t *n_val,
+                        ac_err *err);
+
+typedef struct {
+    int64_t n_batches;
+    int64_t *order;       /* rows in batch order */
+    int64_t *batch_start; /* [n_batches + 1] into order */
+    int64_t real_tokens, padded_tokens; /* for the padding fraction */
+} ac_batch_plan;
+
+/* Training plan: rows idx[0..n) shuffled with key, grouped into pools of
+ * 50 batches sorted by length, cut into batches of batch_size, batch order
+ * shuffled. shuffle == 0: file order, no sorting (evaluation). */
+int ac_batch_plan_make(ac_batch_plan *p, const ac_corpus *c, const int64_t *idx, int64_t n,
+                       int batch_size, int shuffle, uint64_t key, ac_err *err);
+void ac_batch_plan_free(ac_batch_plan *p);
+
+typedef struct {
+    int B, T;
+    int32_t *ids;     /* [B * T], pads = AC_PAD_ID */
+    int32_t *lengths; /* [B] */
+    int32_t *labels;  /* [B] (0 when the corpus has none) */
+    int64_t *rows;    /* [B] corpus rows */
+} ac_batch;
+
+/* Fills batch b of the plan into caller-allocated buffers (sized for
+ * batch_size x max_len); T = longest sequence in the batch. */
+void ac_batch_fill(ac_batch *out, const ac_corpus *c, const ac_batch_plan *p, int64_t b);
+
+#endif

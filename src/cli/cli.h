@@ -1,0 +1,26 @@
+/* Shared pieces of the command line. Only src/cli prints or exits. */
+#ifndef ATTNCTL_CLI_H
+#define ATTNCTL_CLI_H
+
+#define CLI_EXIT_OK 0
+#define CLI_EXIT_RUNTIME 1
+#define CLI_EXIT_USAGE 2
+
+/* Subcommands: argv[0] is the subcommand name. Return the exit status. */
+int cmd_train(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_predict(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
+/* "attnctl: error: ..." on stderr; returns CLI_EXIT_RUNTIME. */
+int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* "attnctl CMD: ..." plus "Try 'attnctl CMD --help'." on stderr; returns CLI_EXIT_USAGE. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Parse helpers: 0 ok, -1 not a valid number in range. */
+int cli_parse_int(const char *s, long lo, long hi, long *out);
+int cli_parse_double(const char *s, double lo, double hi, double *out);
+/* Number of threads to use (--threads N, default all cores); sets OpenMP. */
+void cli_set_threads(int n);
+
+#endif

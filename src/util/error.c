@@ -1,0 +1,30 @@
+#include "attnctl/error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+int ac_err_set(ac_err *err, const char *fmt, ...)
+{
+    if (!err)
+        return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int ac_err_prefix(ac_err *err, const char *fmt, ...)
+{
+    if (!err)
+        return -1;
+    char prefix[AC_ERR_LEN], old[AC_ERR_LEN];
+    memcpy(old, err->msg, sizeof old);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    snprintf(err->msg, sizeof err->msg, "%.*s: %s", (int)(sizeof prefix / 2), prefix, old);
+    return -1;
+}
