@@ -43,6 +43,8 @@ void layernorm_backward(float *din, float *dw, float *db, const float *dout, con
 
 /* ---- residual: out = a + b ---- */
 void residual_forward(float *out, const float *a, const float *b, size_t n);
+/* da += dout ; db += dout (either may be NULL). */
+void residual_backward(float *da, float *db, const float *dout, size_t n);
 
 /* ---- ReLU ---- */
 void relu_forward(float *out, const float *in, size_t n);

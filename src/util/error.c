@@ -25,6 +25,10 @@ int ac_err_prefix(ac_err *err, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
-    snprintf(err->msg, sizeof err->msg, "%.*s: %s", (int)(sizeof prefix / 2), prefix, old);
+    /* the prefix gets at most half the message; the rest keeps the old text */
+    int n = snprintf(err->msg, sizeof err->msg, "%.*s: ", (int)(sizeof prefix / 2), prefix);
+    if (n > 0 && (size_t)n < sizeof err->msg)
+        memcpy(err->msg + n, old, strnlen(old, sizeof err->msg - (size_t)n - 1));
+    err->msg[sizeof err->msg - 1] = 0;
     return -1;
 }

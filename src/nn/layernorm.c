@@ -1,0 +1,83 @@
+/* LayerNorm over the last dimension (after llm.c). */
+#include "attnctl/nn.h"
+
+#include <math.h>
+
+/* Columns of dw/db reduced by one task (a 64-byte cache line of floats). */
+#define LAYERNORM_PARAM_CHUNK 16
+
+void layernorm_forward(float *out, float *mean, float *rstd, const float *in, const float *w,
+                       const float *b, int N, int d, float eps)
+{
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = in + (size_t)n * d;
+        float *o = out + (size_t)n * d;
+        float m = 0.0f;
+        for (int i = 0; i < d; i++)
+            m += x[i];
+        m /= (float)d;
+        /* Two-pass variance: no cancellation when |mean| >> std. */
+        float v = 0.0f;
+        for (int i = 0; i < d; i++) {
+            float xc = x[i] - m;
+            v += xc * xc;
+        }
+        v /= (float)d;
+        float s = 1.0f / sqrtf(v + eps);
+        for (int i = 0; i < d; i++)
+            o[i] = (x[i] - m) * s * w[i] + b[i];
+        mean[n] = m;
+        rstd[n] = s;
+    }
+}
+
+void layernorm_backward(float *din, float *dw, float *db, const float *dout, const float *in,
+                        const float *w, const float *mean, const float *rstd, int N, int d)
+{
+    if (din) {
+#pragma omp parallel for schedule(static)
+        for (int n = 0; n < N; n++) {
+            const float *x = in + (size_t)n * d;
+            const float *g = dout + (size_t)n * d;
+            float *dx = din + (size_t)n * d;
+            float m = mean[n], s = rstd[n];
+            /* dx = s * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = w * g */
+            float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+            for (int i = 0; i < d; i++) {
+                float norm = (x[i] - m) * s;
+                float dnorm = w[i] * g[i];
+                dnorm_mean += dnorm;
+                dnorm_norm_mean += dnorm * norm;
+            }
+            dnorm_mean /= (float)d;
+            dnorm_norm_mean /= (float)d;
+            for (int i = 0; i < d; i++) {
+                float norm = (x[i] - m) * s;
+                float dnorm = w[i] * g[i];
+                dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+            }
+        }
+    }
+    if (dw || db) {
+        /* dw and db reduce over rows: each task owns a block of columns and sums
+         * rows in ascending order, so the result is independent of thread count. */
+        int n_chunks = (d + LAYERNORM_PARAM_CHUNK - 1) / LAYERNORM_PARAM_CHUNK;
+#pragma omp parallel for schedule(static) if (n_chunks > 1)
+        for (int c = 0; c < n_chunks; c++) {
+            int i0 = c * LAYERNORM_PARAM_CHUNK;
+            int i1 = d - i0 < LAYERNORM_PARAM_CHUNK ? d : i0 + LAYERNORM_PARAM_CHUNK;
+            for (int n = 0; n < N; n++) {
+                const float *x = in + (size_t)n * d;
+                const float *g = dout + (size_t)n * d;
+                float m = mean[n], s = rstd[n];
+                for (int i = i0; i < i1; i++) {
+                    if (dw)
+                        dw[i] += (x[i] - m) * s * g[i];
+                    if (db)
+                        db[i] += g[i];
+                }
+            }
+        }
+    }
+}

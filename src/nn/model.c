@@ -1,0 +1,590 @@
+/* The encoder classifier: parameter table, activation layout, batch forward
+ * and backward (post-LN, see DESIGN.md). The layer math lives in the other
+ * src/nn files; this file only wires the layers together. */
+#include "attnctl/model.h"
+#include "attnctl/rng.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+_Static_assert(sizeof(int32_t) == sizeof(float), "pool_argmax shares the float activation block");
+
+/* Field ranges: generous, but small enough that every size product below
+ * fits comfortably in size_t and every dimension fits in int. */
+#define MAX_VOCAB 50000000
+#define MAX_LEN 1000000
+#define MAX_DIM 65536
+#define MAX_CLASSES 65536
+
+/* Dropout sites, each with its own key derived from the forward's key. */
+#define DROP_SITE_EMBED 0
+#define DROP_SITE_ATTN(l) (1 + 2 * (uint64_t)(l))
+#define DROP_SITE_FFN(l) (2 + 2 * (uint64_t)(l))
+#define DROP_SITE_POOLED (2 * (uint64_t)AC_MAX_LAYERS + 1)
+
+/* Each activation buffer starts on a 64-byte boundary. */
+#define ACT_ALIGN_FLOATS 16
+
+/* ------------------------------------------------------------- configuration */
+
+const char *ac_pooling_name(ac_pooling p)
+{
+    switch (p) {
+    case AC_POOL_MAX: return "max";
+    case AC_POOL_MEAN: return "mean";
+    case AC_POOL_CLS: return "cls";
+    }
+    return "unknown";
+}
+
+int ac_pooling_parse(const char *s, ac_pooling *out)
+{
+    static const ac_pooling all[] = {AC_POOL_MAX, AC_POOL_MEAN, AC_POOL_CLS};
+    if (!s)
+        return -1;
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        if (strcmp(s, ac_pooling_name(all[i])) == 0) {
+            *out = all[i];
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int check_range(const char *field, int value, int lo, int hi, ac_err *err)
+{
+    if (value < lo || value > hi)
+        return ac_err_set(err, "model.%s: must be between %d and %d (got %d)", field, lo, hi, value);
+    return 0;
+}
+
+int ac_model_config_validate(const ac_model_config *cfg, ac_err *err)
+{
+    if (check_range("vocab_size", cfg->vocab_size, 2, MAX_VOCAB, err) ||
+        check_range("max_len", cfg->max_len, 1, MAX_LEN, err) ||
+        check_range("d_model", cfg->d_model, 1, MAX_DIM, err) ||
+        check_range("n_heads", cfg->n_heads, 1, MAX_DIM, err) ||
+        check_range("d_ff", cfg->d_ff, 1, MAX_DIM, err) ||
+        check_range("n_layers", cfg->n_layers, 0, AC_MAX_LAYERS, err) ||
+        check_range("n_classes", cfg->n_classes, 2, MAX_CLASSES, err))
+        return -1;
+    if (cfg->d_model % cfg->n_heads != 0)
+        return ac_err_set(err, "model.n_heads: must divide d_model (%d)", cfg->d_model);
+    if (cfg->pooling != AC_POOL_MAX && cfg->pooling != AC_POOL_MEAN && cfg->pooling != AC_POOL_CLS)
+        return ac_err_set(err, "model.pooling: must be max, mean or cls");
+    if (!(cfg->dropout >= 0.0f && cfg->dropout < 1.0f))
+        return ac_err_set(err, "model.dropout: must be in [0, 1) (got %g)", (double)cfg->dropout);
+    if (!(cfg->ln_eps > 0.0f && cfg->ln_eps < 1.0f))
+        return ac_err_set(err, "model.ln_eps: must be in (0, 1) (got %g)", (double)cfg->ln_eps);
+    return 0;
+}
+
+/* ----------------------------------------------------------- parameter table */
+
+static void add_tensor(ac_model *m, size_t *offset, const char *name, int rows, int cols)
+{
+    ac_param_info *t = &m->table[m->n_tensors++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ndim = cols > 0 ? 2 : 1;
+    t->shape[0] = rows;
+    t->shape[1] = cols > 0 ? cols : 0;
+    t->numel = (size_t)rows * (size_t)(cols > 0 ? cols : 1);
+    t->offset = *offset;
+    t->weight_decay = t->ndim == 2;
+    *offset += t->numel;
+}
+
+/* Fills the table in state_dict order; returns the parameter count. */
+static size_t build_table(ac_model *m)
+{
+    const ac_model_config *c = &m->cfg;
+    int d = c->d_model, ff = c->d_ff;
+    size_t off = 0;
+    char name[AC_PARAM_NAME_LEN];
+    m->n_tensors = 0;
+    add_tensor(m, &off, "embed.weight", c->vocab_size, d);
+    add_tensor(m, &off, "embed.norm.weight", d, 0);
+    add_tensor(m, &off, "embed.norm.bias", d, 0);
+    for (int l = 0; l < c->n_layers; l++) {
+        static const struct { const char *suffix; int kind; } layer_tensors[] = {
+            {"attn.q.weight", 0}, {"attn.k.weight", 0}, {"attn.v.weight", 0},
+            {"attn.out.weight", 0}, {"attn.out.bias", 1}, {"ln1.weight", 1}, {"ln1.bias", 1},
+            {"ffn.fc1.weight", 2}, {"ffn.fc1.bias", 3}, {"ffn.fc2.weight", 4},
+            {"ffn.fc2.bias", 1}, {"ln2.weight", 1}, {"ln2.bias", 1},
+        };
+        for (size_t i = 0; i < sizeof layer_tensors / sizeof layer_tensors[0]; i++) {
+            snprintf(name, sizeof name, "layers.%d.%s", l, layer_tensors[i].suffix);
+            switch (layer_tensors[i].kind) {
+            case 0: add_tensor(m, &off, name, d, d); break;   /* [d, d] */
+            case 1: add_tensor(m, &off, name, d, 0); break;   /* [d] */
+            case 2: add_tensor(m, &off, name, ff, d); break;  /* [ff, d] */
+            case 3: add_tensor(m, &off, name, ff, 0); break;  /* [ff] */
+            default: add_tensor(m, &off, name, d, ff); break; /* [d, ff] */
+            }
+        }
+    }
+    add_tensor(m, &off, "head.weight", c->n_classes, d);
+    add_tensor(m, &off, "head.bias", c->n_classes, 0);
+    return off;
+}
+
+/* Views in table order (the same order build_table uses). */
+static void fill_ptrs(ac_param_ptrs *p, float *base, const ac_model *m)
+{
+    const ac_param_info *t = m->table;
+    int i = 0;
+    p->embed_w = base + t[i++].offset;
+    p->embed_norm_w = base + t[i++].offset;
+    p->embed_norm_b = base + t[i++].offset;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        ac_layer_params *lp = &p->layers[l];
+        lp->q_w = base + t[i++].offset;
+        lp->k_w = base + t[i++].offset;
+        lp->v_w = base + t[i++].offset;
+        lp->out_w = base + t[i++].offset;
+        lp->out_b = base + t[i++].offset;
+        lp->ln1_w = base + t[i++].offset;
+        lp->ln1_b = base + t[i++].offset;
+        lp->fc1_w = base + t[i++].offset;
+        lp->fc1_b = base + t[i++].offset;
+        lp->fc2_w = base + t[i++].offset;
+        lp->fc2_b = base + t[i++].offset;
+        lp->ln2_w = base + t[i++].offset;
+        lp->ln2_b = base + t[i++].offset;
+    }
+    p->head_w = base + t[i++].offset;
+    p->head_b = base + t[i++].offset;
+}
+
+int ac_model_create(ac_model *m, const ac_model_config *cfg, ac_err *err)
+{
+    memset(m, 0, sizeof *m);
+    if (ac_model_config_validate(cfg, err))
+        return -1;
+    m->cfg = *cfg;
+    int max_tensors = 3 + 13 * cfg->n_layers + 2;
+    m->table = calloc((size_t)max_tensors, sizeof *m->table);
+    if (!m->table)
+        return ac_err_set(err, "model: out of memory for the parameter table");
+    /* Ranges in validate keep V*d and T*d far below SIZE_MAX on 64-bit;
+     * on 32-bit the calloc below fails cleanly instead of overflowing. */
+    m->n_params = build_table(m);
+    m->params = calloc(m->n_params, sizeof(float));
+    m->grads = calloc(m->n_params, sizeof(float));
+    m->pos_table = calloc((size_t)cfg->max_len * (size_t)cfg->d_model, sizeof(float));
+    if (!m->params || !m->grads || !m->pos_table) {
+        size_t n = m->n_params;
+        ac_model_free(m);
+        return ac_err_set(err, "model: out of memory for %zu parameters", n);
+    }
+    fill_ptrs(&m->p, m->params, m);
+    fill_ptrs(&m->g, m->grads, m);
+    positions_table_fill(m->pos_table, cfg->max_len, cfg->d_model);
+    return 0;
+}
+
+/* Matrices (Linear and embedding weights): normal(0, 0.02), tensor i drawing
+ * element j from ac_rng_normal(ac_rng_key(seed, i), j), so every tensor's
+ * values depend only on (seed, its index), not on the other shapes.
+ * Biases: 0. LayerNorm gains: 1 (their biases are 1-D tensors named ".bias": 0). */
+void ac_model_init_weights(ac_model *m, uint64_t seed)
+{
+    for (int i = 0; i < m->n_tensors; i++) {
+        const ac_param_info *t = &m->table[i];
+        float *w = m->params + t->offset;
+        size_t len = strlen(t->name);
+        int is_gain = t->ndim == 1 && len >= 7 && strcmp(t->name + len - 7, ".weight") == 0;
+        if (t->ndim == 2) {
+            uint64_t key = ac_rng_key(seed, (uint64_t)i);
+            for (size_t j = 0; j < t->numel; j++)
+                w[j] = 0.02f * ac_rng_normal(key, j);
+        } else {
+            for (size_t j = 0; j < t->numel; j++)
+                w[j] = is_gain ? 1.0f : 0.0f;
+        }
+    }
+}
+
+int ac_model_find_tensor(const ac_model *m, const char *name)
+{
+    for (int i = 0; i < m->n_tensors; i++)
+        if (strcmp(m->table[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+void ac_model_free(ac_model *m)
+{
+    if (!m)
+        return;
+    free(m->table);
+    free(m->params);
+    free(m->grads);
+    free(m->pos_table);
+    free(m->act.mem);
+    memset(m, 0, sizeof *m);
+}
+
+void ac_model_zero_grad(ac_model *m)
+{
+    memset(m->grads, 0, m->n_params * sizeof(float));
+}
+
+/* --------------------------------------------------------------- activations */
+
+/* Hands out aligned pieces of one block. With base == NULL it only counts,
+ * so the size computation and the pointer assignment are the same code. */
+typedef struct {
+    float *base;
+    size_t used;   /* floats */
+    int overflow;
+} carver;
+
+static size_t mul_checked(size_t a, size_t b, int *overflow)
+{
+    if (a != 0 && b > SIZE_MAX / a) {
+        *overflow = 1;
+        return 0;
+    }
+    return a * b;
+}
+
+static float *carve(carver *c, size_t a, size_t b, size_t e)
+{
+    size_t n = mul_checked(mul_checked(a, b, &c->overflow), e, &c->overflow);
+    size_t rounded = n + (ACT_ALIGN_FLOATS - n % ACT_ALIGN_FLOATS) % ACT_ALIGN_FLOATS;
+    if (rounded < n || c->used > SIZE_MAX - rounded)
+        c->overflow = 1;
+    if (c->overflow)
+        return NULL;
+    float *p = c->base ? c->base + c->used : NULL;
+    c->used += rounded;
+    return p;
+}
+
+/* Lays out every activation buffer for (B, T); returns the float count or 0 on overflow. */
+static size_t layout_activations(ac_activations *a, const ac_model_config *cfg, size_t B, size_t T,
+                                 float *base)
+{
+    carver c = {base, 0, 0};
+    size_t N = mul_checked(B, T, &c.overflow);
+    size_t d = (size_t)cfg->d_model, ff = (size_t)cfg->d_ff, C = (size_t)cfg->n_classes;
+    size_t BHTT = mul_checked(mul_checked(B, (size_t)cfg->n_heads, &c.overflow),
+                              mul_checked(T, T, &c.overflow), &c.overflow);
+    a->embed_sum = carve(&c, N, d, 1);
+    a->embed_ln = carve(&c, N, d, 1);
+    a->embed_mean = carve(&c, N, 1, 1);
+    a->embed_rstd = carve(&c, N, 1, 1);
+    a->embed_out = carve(&c, N, d, 1);
+    a->embed_mask = carve(&c, N, d, 1);
+    for (int l = 0; l < cfg->n_layers; l++) {
+        a->q[l] = carve(&c, N, d, 1);
+        a->k[l] = carve(&c, N, d, 1);
+        a->v[l] = carve(&c, N, d, 1);
+        a->probs[l] = carve(&c, BHTT, 1, 1);
+        a->attn[l] = carve(&c, N, d, 1);
+        a->attn_proj[l] = carve(&c, N, d, 1);
+        a->attn_mask[l] = carve(&c, N, d, 1);
+        a->res1[l] = carve(&c, N, d, 1);
+        a->ln1[l] = carve(&c, N, d, 1);
+        a->ln1_mean[l] = carve(&c, N, 1, 1);
+        a->ln1_rstd[l] = carve(&c, N, 1, 1);
+        a->fc1[l] = carve(&c, N, ff, 1);
+        a->relu[l] = carve(&c, N, ff, 1);
+        a->fc2[l] = carve(&c, N, d, 1);
+        a->ffn_mask[l] = carve(&c, N, d, 1);
+        a->res2[l] = carve(&c, N, d, 1);
+        a->ln2[l] = carve(&c, N, d, 1);
+        a->ln2_mean[l] = carve(&c, N, 1, 1);
+        a->ln2_rstd[l] = carve(&c, N, 1, 1);
+    }
+    a->pooled = carve(&c, B, d, 1);
+    a->pool_argmax = (int32_t *)(void *)carve(&c, B, d, 1);
+    a->pooled_drop = carve(&c, B, d, 1);
+    a->pooled_mask = carve(&c, B, d, 1);
+    a->logits = carve(&c, B, C, 1);
+    a->probs_out = carve(&c, B, C, 1);
+    a->losses = carve(&c, B, 1, 1);
+    a->grad_a = carve(&c, N, d, 1);
+    a->grad_b = carve(&c, N, d, 1);
+    a->grad_c = carve(&c, N, d, 1);
+    a->grad_ff = carve(&c, N, ff, 1);
+    a->grad_fc1 = carve(&c, N, ff, 1);
+    a->grad_q = carve(&c, N, d, 1);
+    a->grad_k = carve(&c, N, d, 1);
+    a->grad_v = carve(&c, N, d, 1);
+    a->grad_probs = carve(&c, BHTT, 1, 1);
+    a->grad_pooled = carve(&c, B, d, 1);
+    a->grad_logits = carve(&c, B, C, 1);
+    return c.overflow ? 0 : c.used;
+}
+
+size_t ac_model_activation_bytes(const ac_model_config *cfg, int B, int T)
+{
+    if (B < 1 || T < 1 || cfg->n_layers < 0 || cfg->n_layers > AC_MAX_LAYERS)
+        return SIZE_MAX;
+    ac_activations scratch;
+    size_t n = layout_activations(&scratch, cfg, (size_t)B, (size_t)T, NULL);
+    if (n == 0 || n > SIZE_MAX / sizeof(float))
+        return SIZE_MAX;
+    return n * sizeof(float);
+}
+
+int ac_model_alloc_activations(ac_model *m, int B, int T, ac_err *err)
+{
+    if (B < 1)
+        return ac_err_set(err, "model: batch size must be at least 1 (got %d)", B);
+    if (T < 1 || T > m->cfg.max_len)
+        return ac_err_set(err, "model: sequence length %d outside 1..max_len (%d)", T,
+                          m->cfg.max_len);
+    int want_B = B > m->act.max_B ? B : m->act.max_B;
+    int want_T = T > m->act.max_T ? T : m->act.max_T;
+    /* The layers index rows with int. */
+    if ((size_t)want_B * (size_t)want_T > (size_t)INT_MAX)
+        return ac_err_set(err, "model: batch %d x %d tokens is too large", want_B, want_T);
+    if (m->act.mem && want_B == m->act.max_B && want_T == m->act.max_T)
+        return 0;
+    size_t bytes = ac_model_activation_bytes(&m->cfg, want_B, want_T);
+    if (bytes == SIZE_MAX)
+        return ac_err_set(err, "model: activations for batch %d x %d tokens overflow memory sizes",
+                          want_B, want_T);
+    /* bytes is a multiple of 64 (every piece is), as aligned_alloc wants. */
+    float *mem = aligned_alloc(ACT_ALIGN_FLOATS * sizeof(float), bytes);
+    if (!mem)
+        return ac_err_set(err, "model: out of memory for activations (%.1f MiB for batch %d x %d)",
+                          (double)bytes / 1048576.0, want_B, want_T);
+    free(m->act.mem);
+    memset(&m->act, 0, sizeof m->act);
+    m->act.n_floats = layout_activations(&m->act, &m->cfg, (size_t)want_B, (size_t)want_T, mem);
+    m->act.mem = mem;
+    m->act.max_B = want_B;
+    m->act.max_T = want_T;
+    /* A forward before the reallocation can no longer be back-propagated. */
+    m->last_B = 0;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ forward */
+
+static int dropout_active(const ac_model *m, int train)
+{
+    return train && m->cfg.dropout > 0.0f;
+}
+
+/* Input of layer l (the output of the embedding block for l == 0). */
+static const float *layer_input(const ac_model *m, int l, int drop)
+{
+    if (l > 0)
+        return m->act.ln2[l - 1];
+    return drop ? m->act.embed_out : m->act.embed_ln;
+}
+
+static void add_into(float *out, const float *in, size_t n)
+{
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++)
+        out[i] += in[i];
+}
+
+static void zero_floats(float *p, size_t n)
+{
+    memset(p, 0, n * sizeof(float));
+}
+
+/* Every index the layers will use is in range: an id outside the vocabulary,
+ * a length outside 1..T or a label outside 0..C-1 would read out of bounds. */
+static int batch_valid(const ac_model_config *c, const int32_t *ids, const int32_t *lengths,
+                       const int32_t *labels, int B, int T)
+{
+    for (size_t i = 0; i < (size_t)B * (size_t)T; i++)
+        if (ids[i] < 0 || ids[i] >= c->vocab_size)
+            return 0;
+    for (int b = 0; b < B; b++) {
+        if (lengths[b] < 1 || lengths[b] > T)
+            return 0;
+        if (labels && (labels[b] < 0 || labels[b] >= c->n_classes))
+            return 0;
+    }
+    return 1;
+}
+
+float ac_model_forward(ac_model *m, const int32_t *ids, const int32_t *lengths,
+                       const int32_t *labels, int B, int T, int train, uint64_t dropout_key)
+{
+    const ac_model_config *c = &m->cfg;
+    ac_activations *a = &m->act;
+    if (!a->mem || B < 1 || T < 1 || B > a->max_B || T > a->max_T ||
+        !batch_valid(c, ids, lengths, labels, B, T)) {
+        m->last_B = 0; /* nothing for backward to differentiate */
+        return NAN;
+    }
+    const int d = c->d_model, H = c->n_heads, ff = c->d_ff, L = c->n_layers, C = c->n_classes;
+    const int N = B * T;
+    const size_t Nd = (size_t)N * d;
+    const float p = c->dropout;
+    const int drop = dropout_active(m, train);
+    const float scale = 1.0f / sqrtf((float)(d / H));
+
+    embedding_forward(a->embed_sum, ids, m->p.embed_w, m->pos_table, B, T, d);
+    layernorm_forward(a->embed_ln, a->embed_mean, a->embed_rstd, a->embed_sum, m->p.embed_norm_w,
+                      m->p.embed_norm_b, N, d, c->ln_eps);
+    if (drop)
+        dropout_forward(a->embed_out, a->embed_mask, a->embed_ln, p, Nd,
+                        ac_rng_key(dropout_key, DROP_SITE_EMBED));
+
+    for (int l = 0; l < L; l++) {
+        const ac_layer_params *w = &m->p.layers[l];
+        const float *x = layer_input(m, l, drop);
+        linear_forward(a->q[l], x, w->q_w, NULL, N, d, d);
+        linear_forward(a->k[l], x, w->k_w, NULL, N, d, d);
+        linear_forward(a->v[l], x, w->v_w, NULL, N, d, d);
+        attention_forward(a->attn[l], a->probs[l], a->q[l], a->k[l], a->v[l], lengths, B, T, d, H,
+                          scale);
+        linear_forward(a->attn_proj[l], a->attn[l], w->out_w, w->out_b, N, d, d);
+        if (drop) {
+            dropout_forward(a->res1[l], a->attn_mask[l], a->attn_proj[l], p, Nd,
+                            ac_rng_key(dropout_key, DROP_SITE_ATTN(l)));
+            add_into(a->res1[l], x, Nd);
+        } else {
+            residual_forward(a->res1[l], x, a->attn_proj[l], Nd);
+        }
+        layernorm_forward(a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], a->res1[l], w->ln1_w,
+                          w->ln1_b, N, d, c->ln_eps);
+        linear_forward(a->fc1[l], a->ln1[l], w->fc1_w, w->fc1_b, N, d, ff);
+        relu_forward(a->relu[l], a->fc1[l], (size_t)N * ff);
+        linear_forward(a->fc2[l], a->relu[l], w->fc2_w, w->fc2_b, N, ff, d);
+        if (drop) {
+            dropout_forward(a->res2[l], a->ffn_mask[l], a->fc2[l], p, Nd,
+                            ac_rng_key(dropout_key, DROP_SITE_FFN(l)));
+            add_into(a->res2[l], a->ln1[l], Nd);
+        } else {
+            residual_forward(a->res2[l], a->ln1[l], a->fc2[l], Nd);
+        }
+        layernorm_forward(a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], a->res2[l], w->ln2_w,
+                          w->ln2_b, N, d, c->ln_eps);
+    }
+
+    pool_forward(a->pooled, a->pool_argmax, layer_input(m, L, drop), lengths, B, T, d, c->pooling);
+    const float *head_in = a->pooled;
+    if (drop) {
+        dropout_forward(a->pooled_drop, a->pooled_mask, a->pooled, p, (size_t)B * d,
+                        ac_rng_key(dropout_key, DROP_SITE_POOLED));
+        head_in = a->pooled_drop;
+    }
+    linear_forward(a->logits, head_in, m->p.head_w, m->p.head_b, B, d, C);
+
+    m->last_B = B;
+    m->last_T = T;
+    m->last_train = train;
+    m->last_ids = ids;
+    m->last_lengths = lengths;
+    m->last_labels = labels;
+    if (!labels) {
+        softmax_rows(a->probs_out, a->logits, B, C);
+        return 0.0f;
+    }
+    return crossentropy_forward(a->losses, a->probs_out, a->logits, labels, B, C);
+}
+
+/* ----------------------------------------------------------------- backward */
+
+/* Every scratch gradient is zeroed before a layer backward adds into it.
+ * Pad positions: pooling sends them no gradient, attention gives pad keys
+ * probability 0 and pad queries zero rows, LayerNorm/Linear map a zero row to
+ * a zero row, and the embedding backward skips pads, so pads add nothing. */
+void ac_model_backward(ac_model *m)
+{
+    const ac_model_config *c = &m->cfg;
+    ac_activations *a = &m->act;
+    if (m->last_B < 1 || !m->last_labels)
+        return; /* no forward with labels to differentiate */
+    const int B = m->last_B, T = m->last_T;
+    const int d = c->d_model, H = c->n_heads, ff = c->d_ff, L = c->n_layers, C = c->n_classes;
+    const int N = B * T;
+    const size_t Nd = (size_t)N * d, Nff = (size_t)N * ff;
+    const int drop = dropout_active(m, m->last_train);
+    const float scale = 1.0f / sqrtf((float)(d / H));
+    const int32_t *lengths = m->last_lengths;
+
+    /* Head and pooling. */
+    zero_floats(a->grad_logits, (size_t)B * C);
+    crossentropy_backward(a->grad_logits, a->probs_out, m->last_labels, B, C);
+    zero_floats(a->grad_pooled, (size_t)B * d);
+    if (drop) {
+        zero_floats(a->grad_c, (size_t)B * d);
+        linear_backward(a->grad_c, m->g.head_w, m->g.head_b, a->grad_logits, a->pooled_drop,
+                        m->p.head_w, B, d, C);
+        dropout_backward(a->grad_pooled, a->grad_c, a->pooled_mask, (size_t)B * d);
+    } else {
+        linear_backward(a->grad_pooled, m->g.head_w, m->g.head_b, a->grad_logits, a->pooled,
+                        m->p.head_w, B, d, C);
+    }
+    float *dx = a->grad_a; /* gradient w.r.t. the current layer's output */
+    zero_floats(dx, Nd);
+    pool_backward(dx, a->grad_pooled, a->pool_argmax, lengths, B, T, d, c->pooling);
+
+    for (int l = L - 1; l >= 0; l--) {
+        const ac_layer_params *w = &m->p.layers[l];
+        const ac_layer_params *gw = &m->g.layers[l];
+        const float *x = layer_input(m, l, drop);
+        float *dh = a->grad_b; /* gradient w.r.t. ln1 output (h), then reused */
+
+        /* y = LN2(res2), res2 = h + dropout(fc2(relu(fc1(h)))) */
+        zero_floats(dh, Nd);
+        layernorm_backward(dh, gw->ln2_w, gw->ln2_b, dx, a->res2[l], w->ln2_w, a->ln2_mean[l],
+                           a->ln2_rstd[l], N, d);
+        const float *dfc2 = dh; /* the residual passes the same gradient to both branches */
+        if (drop) {
+            zero_floats(a->grad_c, Nd);
+            dropout_backward(a->grad_c, dh, a->ffn_mask[l], Nd);
+            dfc2 = a->grad_c;
+        }
+        zero_floats(a->grad_ff, Nff);
+        linear_backward(a->grad_ff, gw->fc2_w, gw->fc2_b, dfc2, a->relu[l], w->fc2_w, N, ff, d);
+        zero_floats(a->grad_fc1, Nff);
+        relu_backward(a->grad_fc1, a->grad_ff, a->fc1[l], Nff);
+        /* dh already holds the residual path; the FFN path adds to it. */
+        linear_backward(dh, gw->fc1_w, gw->fc1_b, a->grad_fc1, a->ln1[l], w->fc1_w, N, d, ff);
+
+        /* h = LN1(res1), res1 = x + dropout(out(attention(q, k, v))) */
+        float *dres1 = dx; /* dx of this layer's output is no longer needed */
+        zero_floats(dres1, Nd);
+        layernorm_backward(dres1, gw->ln1_w, gw->ln1_b, dh, a->res1[l], w->ln1_w, a->ln1_mean[l],
+                           a->ln1_rstd[l], N, d);
+        const float *dproj = dres1;
+        if (drop) {
+            zero_floats(a->grad_c, Nd);
+            dropout_backward(a->grad_c, dres1, a->attn_mask[l], Nd);
+            dproj = a->grad_c;
+        }
+        float *dattn = a->grad_b; /* dh is consumed by LN1 backward above */
+        zero_floats(dattn, Nd);
+        linear_backward(dattn, gw->out_w, gw->out_b, dproj, a->attn[l], w->out_w, N, d, d);
+        zero_floats(a->grad_q, Nd);
+        zero_floats(a->grad_k, Nd);
+        zero_floats(a->grad_v, Nd);
+        attention_backward(a->grad_q, a->grad_k, a->grad_v, a->grad_probs, dattn, a->q[l], a->k[l],
+                           a->v[l], a->probs[l], lengths, B, T, d, H, scale);
+        /* dres1 (= dx) keeps the residual path; the projections add theirs:
+         * it becomes the gradient w.r.t. this layer's input. */
+        linear_backward(dx, gw->q_w, NULL, a->grad_q, x, w->q_w, N, d, d);
+        linear_backward(dx, gw->k_w, NULL, a->grad_k, x, w->k_w, N, d, d);
+        linear_backward(dx, gw->v_w, NULL, a->grad_v, x, w->v_w, N, d, d);
+    }
+
+    /* Embedding block: x0 = dropout(LN(emb + pos)). */
+    const float *dln = dx;
+    if (drop) {
+        zero_floats(a->grad_b, Nd);
+        dropout_backward(a->grad_b, dx, a->embed_mask, Nd);
+        dln = a->grad_b;
+    }
+    zero_floats(a->grad_c, Nd);
+    layernorm_backward(a->grad_c, m->g.embed_norm_w, m->g.embed_norm_b, dln, a->embed_sum,
+                       m->p.embed_norm_w, a->embed_mean, a->embed_rstd, N, d);
+    embedding_backward(m->g.embed_w, a->grad_c, m->last_ids, lengths, B, T, d);
+}

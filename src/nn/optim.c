@@ -1,0 +1,140 @@
+/* AdamW (PyTorch semantics), global gradient-norm clipping and the
+ * learning-rate schedule, all over the model's flat parameter layout. */
+#include "attnctl/optim.h"
+
+#include <math.h>
+#include <string.h>
+
+/* The squared norm is summed in this many contiguous chunks (fixed, not the
+ * thread count), then the partial sums are added in order: the result is the
+ * same bits for any number of threads. */
+#define NORM_CHUNKS 64
+
+void ac_optim_config_defaults(ac_optim_config *c)
+{
+    c->lr = 1e-3f;
+    c->beta1 = 0.9f;
+    c->beta2 = 0.999f;
+    c->eps = 1e-8f;
+    c->weight_decay = 0.01f;
+    c->clip_norm = 1.0f;
+    c->schedule = AC_SCHED_COSINE;
+    c->warmup_steps = 0;
+    c->total_steps = 0;
+    c->min_lr_ratio = 0.0f;
+}
+
+const char *ac_schedule_name(ac_schedule_kind k)
+{
+    switch (k) {
+    case AC_SCHED_COSINE: return "cosine";
+    case AC_SCHED_LINEAR: return "linear";
+    case AC_SCHED_CONSTANT: return "constant";
+    }
+    return "unknown";
+}
+
+int ac_schedule_parse(const char *s, ac_schedule_kind *out)
+{
+    static const ac_schedule_kind all[] = {AC_SCHED_COSINE, AC_SCHED_LINEAR, AC_SCHED_CONSTANT};
+    if (!s)
+        return -1;
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        if (strcmp(s, ac_schedule_name(all[i])) == 0) {
+            *out = all[i];
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Warmup: step s < W gives lr * (s + 1) / W (from lr/W up to lr).
+ * Decay: from lr at step W to lr * min_lr_ratio at step total_steps
+ * (cosine or linear in the progress (s - W) / (total - W)), constant after.
+ * total_steps <= 0 means "unknown": no decay. The constant schedule keeps lr
+ * after the warmup. */
+float ac_lr_at(const ac_optim_config *c, long step)
+{
+    double peak = c->lr;
+    if (step < 0)
+        step = 0;
+    if (c->warmup_steps > 0 && step < c->warmup_steps)
+        return (float)(peak * (double)(step + 1) / (double)c->warmup_steps);
+    if (c->schedule == AC_SCHED_CONSTANT || c->total_steps <= 0)
+        return (float)peak;
+    double floor_lr = peak * c->min_lr_ratio;
+    long warmup = c->warmup_steps > 0 ? c->warmup_steps : 0;
+    if (step >= c->total_steps)
+        return (float)floor_lr;
+    double progress = (double)(step - warmup) / (double)(c->total_steps - warmup);
+    double factor = c->schedule == AC_SCHED_COSINE ? 0.5 * (1.0 + cos(M_PI * progress))
+                                                   : 1.0 - progress;
+    return (float)(floor_lr + (peak - floor_lr) * factor);
+}
+
+float ac_clip_grad_norm(float *grads, size_t n, float clip_norm)
+{
+    double partial[NORM_CHUNKS];
+#pragma omp parallel for schedule(static)
+    for (int chunk = 0; chunk < NORM_CHUNKS; chunk++) {
+        size_t begin = (size_t)((unsigned __int128)n * (unsigned)chunk / NORM_CHUNKS);
+        size_t end = (size_t)((unsigned __int128)n * (unsigned)(chunk + 1) / NORM_CHUNKS);
+        double sum = 0.0;
+        for (size_t i = begin; i < end; i++)
+            sum += (double)grads[i] * (double)grads[i];
+        partial[chunk] = sum;
+    }
+    double total = 0.0;
+    for (int chunk = 0; chunk < NORM_CHUNKS; chunk++)
+        total += partial[chunk];
+    double norm = sqrt(total);
+    if (clip_norm > 0.0f && norm > clip_norm) {
+        /* As torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6). */
+        float coef = (float)((double)clip_norm / (norm + 1e-6));
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++)
+            grads[i] *= coef;
+    }
+    return (float)norm;
+}
+
+/* torch.optim.AdamW (single-tensor path):
+ *   p *= 1 - lr * wd                      (decay tensors only)
+ *   m = b1 m + (1 - b1) g ; v = b2 v + (1 - b2) g^2
+ *   p -= (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps) */
+void ac_adamw_step(const ac_model *m, float *params, const float *grads, float *m1, float *m2,
+                   const ac_optim_config *c, float lr, long t)
+{
+    if (t < 1)
+        t = 1;
+    const float b1 = c->beta1, b2 = c->beta2, eps = c->eps;
+    const double bias1 = 1.0 - pow((double)b1, (double)t);
+    const double bias2 = 1.0 - pow((double)b2, (double)t);
+    const float step_size = (float)((double)lr / bias1);
+    const float bias2_sqrt = (float)sqrt(bias2);
+    const float decay_factor = 1.0f - lr * c->weight_decay;
+    /* One parallel region for the whole step (not one per tensor): a region
+     * per small tensor would cost a thread-team start each, and libgomp
+     * allocates a team for every region it runs serially. Each element's
+     * update is independent, so any split gives the same bits. */
+#pragma omp parallel
+    for (int ti = 0; ti < m->n_tensors; ti++) {
+        const ac_param_info *info = &m->table[ti];
+        float *p = params + info->offset;
+        const float *g = grads + info->offset;
+        float *mt = m1 + info->offset;
+        float *vt = m2 + info->offset;
+        const float decay = info->weight_decay ? decay_factor : 1.0f;
+        const long n = (long)info->numel;
+#pragma omp for schedule(static) nowait
+        for (long i = 0; i < n; i++) {
+            float gi = g[i];
+            float mi = b1 * mt[i] + (1.0f - b1) * gi;
+            float vi = b2 * vt[i] + (1.0f - b2) * gi * gi;
+            mt[i] = mi;
+            vt[i] = vi;
+            float denom = sqrtf(vi) / bias2_sqrt + eps;
+            p[i] = p[i] * decay - step_size * mi / denom;
+        }
+    }
+}
