@@ -84,6 +84,8 @@ typedef struct {
     float *logits, *probs_out, *losses; /* [B,C], [B,C], [B] */
     /* backward scratch */
     float *grad_a, *grad_b, *grad_c, *grad_ff; /* [B,T,d] x3, [B,T,ff] */
+    float *grad_fc1;                  /* [B,T,ff] gradient before the ReLU */
+    float *grad_q, *grad_k, *grad_v;  /* [B,T,d] attention input gradients */
     float *grad_probs;                /* [B,H,T,T] */
     float *grad_pooled, *grad_logits; /* [B,d], [B,C] */
 } ac_activations;
@@ -123,7 +125,9 @@ int ac_model_find_tensor(const ac_model *m, const char *name);
  * masks keyed by dropout_key. Logits land in m->act.logits, class
  * probabilities in m->act.probs_out, attention maps in m->act.probs[l].
  * Returns the mean loss when labels are given, else 0. The pointers must stay
- * valid until backward. Allocates nothing. */
+ * valid until backward. Allocates nothing. Returns NaN without computing
+ * anything (and backward then does nothing) when B or T exceed the allocated
+ * activations or an id, length or label is out of range. */
 float ac_model_forward(ac_model *m, const int32_t *ids, const int32_t *lengths,
                        const int32_t *labels, int B, int T, int train, uint64_t dropout_key);
 void ac_model_zero_grad(ac_model *m);

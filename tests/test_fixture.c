@@ -1,0 +1,474 @@
+/* The whole model against PyTorch (in the spirit of llm.c's test_gpt2): each
+ * fixture under tests/fixtures/ was written by tests/make_fixture.py from a
+ * PyTorch model built from the specification (float64 arithmetic on float32
+ * weights). This suite loads the weights and inputs, runs the C model and
+ * compares logits, loss, every parameter gradient and the losses of 5 AdamW
+ * steps. Tolerances (issue 2): logits and loss within 1e-5 absolute, each
+ * gradient tensor within 1e-4 of its largest magnitude, 5-step losses within
+ * 1e-4. The largest differences are printed. Run from the repository root. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "attnctl/io.h"
+#include "attnctl/model.h"
+#include "attnctl/optim.h"
+
+#define FIXTURE_DIR "tests/fixtures/"
+#define LOGIT_TOL 1e-5
+#define LOSS_TOL 1e-5
+#define GRAD_REL_TOL 1e-4
+#define STEP_LOSS_TOL 1e-4
+#define ADAMW_STEPS 5
+
+typedef struct {
+    ac_safetensors st;
+    ac_model model;
+    int B, T;
+    int32_t *ids, *lengths, *labels;
+} fixture;
+
+static const char *meta_get(const ac_safetensors *st, const char *key)
+{
+    for (int i = 0; i < st->n_meta; i++)
+        if (strcmp(st->meta_keys[i], key) == 0)
+            return st->meta_values[i];
+    ck_abort_msg("fixture metadata has no key %s", key);
+    return NULL;
+}
+
+static int meta_int(const ac_safetensors *st, const char *key)
+{
+    return atoi(meta_get(st, key));
+}
+
+/* The tensor `name` as F32 with exactly `numel` elements. */
+static const float *tensor_f32(const ac_safetensors *st, const char *name, size_t numel,
+                               const ac_st_tensor **info)
+{
+    const ac_st_tensor *t = ac_st_find(st, name);
+    ck_assert_msg(t != NULL, "fixture has no tensor %s", name);
+    ck_assert_msg(t->end - t->begin == numel * sizeof(float), "%s: %zu bytes, expected %zu floats",
+                  name, t->end - t->begin, numel);
+    const float *p = ac_st_f32(st, t);
+    ck_assert_msg(p != NULL, "%s: not readable as F32", name);
+    if (info)
+        *info = t;
+    return p;
+}
+
+/* Integers stored as F32 (exact below 2^24). */
+static int32_t *int_tensor(const ac_safetensors *st, const char *name, size_t numel)
+{
+    const float *f = tensor_f32(st, name, numel, NULL);
+    int32_t *out = malloc(numel * sizeof *out);
+    ck_assert_ptr_nonnull(out);
+    for (size_t i = 0; i < numel; i++) {
+        ck_assert_msg(f[i] == floorf(f[i]), "%s[%zu] = %g is not an integer", name, i, (double)f[i]);
+        out[i] = (int32_t)f[i];
+    }
+    return out;
+}
+
+/* Loads a fixture, builds the model from its metadata and copies the weights
+ * (checking that the fixture's parameter set is exactly the model's table). */
+static void fixture_load(fixture *fx, const char *file)
+{
+    char path[256];
+    snprintf(path, sizeof path, FIXTURE_DIR "%s", file);
+    ac_err err;
+    ck_assert_msg(ac_st_load(&fx->st, path, &err) == 0, "%s (run from the repository root)",
+                  err.msg);
+    const ac_safetensors *st = &fx->st;
+    ac_model_config cfg = {
+        .vocab_size = meta_int(st, "V"),
+        .max_len = meta_int(st, "max_len"),
+        .d_model = meta_int(st, "d"),
+        .n_heads = meta_int(st, "heads"),
+        .d_ff = meta_int(st, "ff"),
+        .n_layers = meta_int(st, "n_layers"),
+        .n_classes = meta_int(st, "C"),
+        .dropout = 0.0f,
+        .ln_eps = (float)atof(meta_get(st, "ln_eps")),
+    };
+    ck_assert_int_eq(ac_pooling_parse(meta_get(st, "pooling"), &cfg.pooling), 0);
+    ck_assert_msg(ac_model_create(&fx->model, &cfg, &err) == 0, "%s", err.msg);
+
+    ac_model *m = &fx->model;
+    int n_param_tensors = 0;
+    for (int i = 0; i < st->n; i++)
+        n_param_tensors += strncmp(st->tensors[i].name, "param.", 6) == 0;
+    ck_assert_int_eq(n_param_tensors, m->n_tensors);
+    for (int i = 0; i < m->n_tensors; i++) {
+        const ac_param_info *p = &m->table[i];
+        char name[AC_PARAM_NAME_LEN + 8];
+        snprintf(name, sizeof name, "param.%s", p->name);
+        const ac_st_tensor *t;
+        const float *src = tensor_f32(st, name, p->numel, &t);
+        ck_assert_int_eq(t->ndim, p->ndim);
+        for (int k = 0; k < p->ndim; k++)
+            ck_assert_int_eq(t->shape[k], p->shape[k]);
+        memcpy(m->params + p->offset, src, p->numel * sizeof(float));
+    }
+
+    const ac_st_tensor *ids = ac_st_find(st, "ids");
+    ck_assert_ptr_nonnull(ids);
+    ck_assert_int_eq(ids->ndim, 2);
+    fx->B = (int)ids->shape[0];
+    fx->T = (int)ids->shape[1];
+    fx->ids = int_tensor(st, "ids", (size_t)fx->B * fx->T);
+    fx->lengths = int_tensor(st, "lengths", (size_t)fx->B);
+    fx->labels = int_tensor(st, "labels", (size_t)fx->B);
+    ck_assert_msg(ac_model_alloc_activations(m, fx->B, fx->T, &err) == 0, "%s", err.msg);
+}
+
+static void fixture_free(fixture *fx)
+{
+    ac_model_free(&fx->model);
+    ac_st_free(&fx->st);
+    free(fx->ids);
+    free(fx->lengths);
+    free(fx->labels);
+}
+
+/* Gradient tensors are reported by kind, with the layer index taken out
+ * ("layers.1.attn.q.weight" -> "attn.q.weight"). */
+static const char *group_of(const char *name)
+{
+    if (strncmp(name, "layers.", 7) == 0) {
+        const char *dot = strchr(name + 7, '.');
+        if (dot)
+            return dot + 1;
+    }
+    return name;
+}
+
+typedef struct {
+    char name[AC_PARAM_NAME_LEN];
+    double worst_rel;   /* max |c - torch| / max |torch| over the group's tensors */
+    double worst_abs;
+    double scale;       /* max |torch| of the tensor with the worst relative error */
+} grad_group;
+
+static void check_fixture(const char *file)
+{
+    fixture fx;
+    fixture_load(&fx, file);
+    ac_model *m = &fx.model;
+    const int B = fx.B, T = fx.T, C = m->cfg.n_classes;
+
+    /* The fixture must exercise padding and a real batch. */
+    int padded = 0;
+    for (int b = 0; b < B; b++) {
+        ck_assert(fx.lengths[b] >= 1 && fx.lengths[b] <= T);
+        padded += fx.lengths[b] < T;
+    }
+    ck_assert_msg(padded > 0 && B >= 2 && C >= 2, "%s: fixture without padding", file);
+
+    /* Forward: logits and loss. */
+    float loss = ac_model_forward(m, fx.ids, fx.lengths, fx.labels, B, T, 0, 0);
+    const float *ref_logits = tensor_f32(&fx.st, "logits", (size_t)B * C, NULL);
+    const float *ref_loss = tensor_f32(&fx.st, "loss", 1, NULL);
+    double logit_diff = 0.0;
+    for (int i = 0; i < B * C; i++)
+        logit_diff = fmax(logit_diff, fabs((double)m->act.logits[i] - ref_logits[i]));
+    double loss_diff = fabs((double)loss - ref_loss[0]);
+
+    /* Backward: every parameter gradient. */
+    ac_model_zero_grad(m);
+    ac_model_backward(m);
+    grad_group groups[64];
+    int n_groups = 0;
+    double worst_rel = 0.0;
+    const char *worst_name = "";
+    for (int i = 0; i < m->n_tensors; i++) {
+        const ac_param_info *p = &m->table[i];
+        char name[AC_PARAM_NAME_LEN + 8];
+        snprintf(name, sizeof name, "grad.%s", p->name);
+        const float *ref = tensor_f32(&fx.st, name, p->numel, NULL);
+        const float *got = m->grads + p->offset;
+        double scale = 0.0, diff = 0.0;
+        for (size_t j = 0; j < p->numel; j++) {
+            scale = fmax(scale, fabs(ref[j]));
+            diff = fmax(diff, fabs((double)got[j] - ref[j]));
+        }
+        ck_assert_msg(scale > 0.0, "%s: reference gradient is all zero: checks nothing", p->name);
+        double rel = diff / scale;
+        ck_assert_msg(rel <= GRAD_REL_TOL, "%s: %s max |diff| %.3g = %.3g of max |g| %.3g", file,
+                      p->name, diff, rel, scale);
+        if (rel >= worst_rel) {
+            worst_rel = rel;
+            worst_name = p->name;
+        }
+        const char *g = group_of(p->name);
+        int k = 0;
+        while (k < n_groups && strcmp(groups[k].name, g) != 0)
+            k++;
+        if (k == n_groups) {
+            ck_assert_int_lt(n_groups, 64);
+            memset(&groups[k], 0, sizeof groups[k]);
+            snprintf(groups[k].name, sizeof groups[k].name, "%s", g);
+            n_groups++;
+        }
+        if (rel >= groups[k].worst_rel) {
+            groups[k].worst_rel = rel;
+            groups[k].scale = scale;
+        }
+        groups[k].worst_abs = fmax(groups[k].worst_abs, diff);
+    }
+
+    /* Five AdamW steps as the script takes them: lr 1e-2, decay 0.01 on matrices, no clipping. */
+    ac_optim_config oc;
+    ac_optim_config_defaults(&oc);
+    oc.lr = 1e-2f;
+    oc.weight_decay = 0.01f;
+    oc.beta1 = 0.9f;
+    oc.beta2 = 0.999f;
+    oc.eps = 1e-8f;
+    oc.clip_norm = 0.0f;
+    oc.schedule = AC_SCHED_CONSTANT;
+    float *m1 = calloc(m->n_params, sizeof(float)), *m2 = calloc(m->n_params, sizeof(float));
+    ck_assert(m1 && m2);
+    const float *ref_losses = tensor_f32(&fx.st, "losses_5", ADAMW_STEPS, NULL);
+    double step_diff = 0.0;
+    float step_losses[ADAMW_STEPS];
+    for (int s = 0; s < ADAMW_STEPS; s++) {
+        step_losses[s] = ac_model_forward(m, fx.ids, fx.lengths, fx.labels, B, T, 0, 0);
+        step_diff = fmax(step_diff, fabs((double)step_losses[s] - ref_losses[s]));
+        ac_model_zero_grad(m);
+        ac_model_backward(m);
+        ac_adamw_step(m, m->params, m->grads, m1, m2, &oc, ac_lr_at(&oc, s), s + 1);
+    }
+    /* The steps must have moved the loss, or the comparison proves little. */
+    ck_assert_msg(ref_losses[ADAMW_STEPS - 1] < 0.9 * ref_losses[0], "%s: 5-step losses barely move",
+                  file);
+
+    printf("%s: B %d T %d lengths", file, B, T);
+    for (int b = 0; b < B; b++)
+        printf(" %d", fx.lengths[b]);
+    printf("; logits max|diff| %.3g, loss %.8f vs %.8f (|diff| %.3g), 5-step losses max|diff| %.3g\n",
+           logit_diff, (double)loss, (double)ref_loss[0], loss_diff, step_diff);
+    printf("  gradients: worst %s at %.3g of its max |g|\n", worst_name, worst_rel);
+    for (int k = 0; k < n_groups; k++)
+        printf("  %-22s max|diff| %.3g  (%.3g of max |g| %.3g)\n", groups[k].name,
+               groups[k].worst_abs, groups[k].worst_rel, groups[k].scale);
+
+    ck_assert_msg(logit_diff <= LOGIT_TOL, "%s: logits differ by %.3g", file, logit_diff);
+    ck_assert_msg(loss_diff <= LOSS_TOL, "%s: loss %.8f vs %.8f", file, (double)loss,
+                  (double)ref_loss[0]);
+    for (int s = 0; s < ADAMW_STEPS; s++)
+        ck_assert_msg(fabs((double)step_losses[s] - ref_losses[s]) <= STEP_LOSS_TOL,
+                      "%s: loss after %d AdamW steps %.8f vs PyTorch %.8f", file, s,
+                      (double)step_losses[s], (double)ref_losses[s]);
+    free(m1);
+    free(m2);
+    fixture_free(&fx);
+}
+
+START_TEST(test_fixture_l1_d32_max)
+{
+    check_fixture("ref_l1_d32_max.safetensors");
+}
+END_TEST
+
+START_TEST(test_fixture_l2_d24_mean)
+{
+    check_fixture("ref_l2_d24_mean.safetensors");
+}
+END_TEST
+
+START_TEST(test_fixture_l2_d16_cls)
+{
+    check_fixture("ref_l2_d16_cls.safetensors");
+}
+END_TEST
+
+/* A wrong weight must be caught: guards against a comparison that passes
+ * whatever the model computes (e.g. reading the wrong tensor). */
+START_TEST(test_fixture_detects_a_wrong_weight)
+{
+    fixture fx;
+    fixture_load(&fx, "ref_l2_d24_mean.safetensors");
+    ac_model *m = &fx.model;
+    int t = ac_model_find_tensor(m, "layers.1.ffn.fc2.weight");
+    ck_assert_int_ge(t, 0);
+    m->params[m->table[t].offset + 5] += 0.01f;
+    ac_model_forward(m, fx.ids, fx.lengths, fx.labels, fx.B, fx.T, 0, 0);
+    const float *ref = tensor_f32(&fx.st, "logits", (size_t)fx.B * m->cfg.n_classes, NULL);
+    double diff = 0.0;
+    for (int i = 0; i < fx.B * m->cfg.n_classes; i++)
+        diff = fmax(diff, fabs((double)m->act.logits[i] - ref[i]));
+    ck_assert_msg(diff > 10 * LOGIT_TOL, "a perturbed weight changed the logits by only %.3g", diff);
+    fixture_free(&fx);
+}
+END_TEST
+
+/* ----------------------------------------------- interoperability (issue 4) */
+
+/* A python3 that has PyTorch, or NULL. */
+static const char *python_with_torch(void)
+{
+    static const char *const candidates[] = {"/usr/bin/python3", "python3"};
+    for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++) {
+        char cmd[256];
+        snprintf(cmd, sizeof cmd, "%s -c 'import torch' >/dev/null 2>&1", candidates[i]);
+        if (system(cmd) == 0)
+            return candidates[i];
+    }
+    return NULL;
+}
+
+/* Saves m as an attnctl model directory through the library's own writer
+ * (config.json, vocab.txt, model.safetensors) and checks that it loads back. */
+static void write_model_dir(const char *dir, const ac_model *m)
+{
+    const ac_model_config *c = &m->cfg;
+    char vocab_path[600];
+    snprintf(vocab_path, sizeof vocab_path, "%s.vocab.txt", dir);
+    FILE *f = fopen(vocab_path, "w");
+    ck_assert_ptr_nonnull(f);
+    for (int i = 0; i < c->vocab_size; i++) {
+        if (i < 3)
+            fprintf(f, "%s\n", i == 0 ? "<pad>" : i == 1 ? "<unk>" : "<cls>");
+        else
+            fprintf(f, "word%d\n", i);
+    }
+    ck_assert_int_eq(fclose(f), 0);
+    ac_err err;
+    ac_vocab vocab;
+    ck_assert_msg(ac_vocab_load(&vocab, vocab_path, &err) == 0, "%s", err.msg);
+    unlink(vocab_path);
+
+    ac_config cfg;
+    ac_config_defaults(&cfg);
+    cfg.model = *c;
+    cfg.n_labels = c->n_classes;
+    cfg.labels = calloc((size_t)c->n_classes, sizeof *cfg.labels);
+    ck_assert_ptr_nonnull(cfg.labels);
+    for (int k = 0; k < c->n_classes; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "class%d", k);
+        cfg.labels[k] = strdup(name);
+        ck_assert_ptr_nonnull(cfg.labels[k]);
+    }
+    ck_assert_msg(ac_model_dir_save(dir, &cfg, &vocab, m, NULL, NULL, NULL, &err) == 0, "%s",
+                  err.msg);
+    ac_model_dir md;
+    ck_assert_msg(ac_model_dir_load(&md, dir, &err) == 0, "%s", err.msg);
+    ck_assert(memcmp(md.model.params, m->params, m->n_params * sizeof(float)) == 0);
+    ac_model_dir_free(&md);
+    ac_config_free(&cfg);
+    ac_vocab_free(&vocab);
+}
+
+/* tests/make_fixture.py --model-dir reproduces the C model's logits from the
+ * saved directory (pads, a length-1 sequence and the full max_len included). */
+START_TEST(test_pytorch_reproduces_a_model_dir)
+{
+    const char *py = python_with_torch();
+    if (!py) {
+        printf("SKIP test_pytorch_reproduces_a_model_dir: no python3 with torch\n");
+        return;
+    }
+    static const char *const poolings[] = {"max", "mean", "cls"};
+    for (int pi = 0; pi < 3; pi++) {
+        ac_model_config cfg = {.vocab_size = 23, .max_len = 9, .d_model = 12, .n_heads = 3,
+                               .d_ff = 20, .n_layers = 2, .n_classes = 3, .dropout = 0.1f,
+                               .ln_eps = 1e-6f};
+        ck_assert_int_eq(ac_pooling_parse(poolings[pi], &cfg.pooling), 0);
+        ac_model m;
+        ac_err err;
+        ck_assert_msg(ac_model_create(&m, &cfg, &err) == 0, "%s", err.msg);
+        ac_model_init_weights(&m, 77 + (uint64_t)pi);
+        /* Larger than the init scale so every layer matters in the logits. */
+        for (size_t i = 0; i < m.n_params; i++)
+            m.params[i] *= 15.0f;
+        for (int t = 0; t < m.n_tensors; t++)
+            if (m.table[t].ndim == 1)
+                for (size_t j = 0; j < m.table[t].numel; j++)
+                    m.params[m.table[t].offset + j] += 0.05f * (float)((j * 7 + (size_t)t) % 5);
+
+        enum { B = 3, T = 9 };
+        const int32_t lengths[B] = {5, 1, 9};
+        int32_t ids[B * T] = {0};
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < lengths[b]; t++)
+                ids[b * T + t] = t == 0 ? 2 : 1 + (b * 5 + t * 3) % 22;
+        ck_assert_msg(ac_model_alloc_activations(&m, B, T, &err) == 0, "%s", err.msg);
+        ac_model_forward(&m, ids, lengths, NULL, B, T, 0, 0);
+
+        char dir[] = "/tmp/attnctl_fixture_XXXXXX";
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        write_model_dir(dir, &m);
+        char cmd[2048], out_path[600];
+        snprintf(out_path, sizeof out_path, "%s/logits.json", dir);
+        int n = snprintf(cmd, sizeof cmd, "%s tests/make_fixture.py --model-dir %s", py, dir);
+        for (int b = 0; b < B; b++) {
+            n += snprintf(cmd + n, sizeof cmd - (size_t)n, " --ids \"");
+            for (int t = 0; t < lengths[b]; t++)
+                n += snprintf(cmd + n, sizeof cmd - (size_t)n, "%d ", ids[b * T + t]);
+            n += snprintf(cmd + n, sizeof cmd - (size_t)n, "\"");
+        }
+        snprintf(cmd + n, sizeof cmd - (size_t)n, " > %s", out_path);
+        ck_assert_msg(system(cmd) == 0, "failed: %s", cmd);
+
+        /* {"logits": [[a, b, c], ...], ...}: the numbers after "logits". */
+        FILE *f = fopen(out_path, "r");
+        ck_assert_ptr_nonnull(f);
+        char buf[4096];
+        size_t len = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[len] = '\0';
+        char *p = strstr(buf, "\"logits\"");
+        ck_assert_ptr_nonnull(p);
+        p += strlen("\"logits\"");
+        double worst = 0.0, spread = 0.0;
+        for (int i = 0; i < B * cfg.n_classes; i++) {
+            while (*p && !(*p == '-' || (*p >= '0' && *p <= '9')))
+                p++;
+            char *end;
+            double v = strtod(p, &end);
+            ck_assert_msg(end != p, "cannot read logit %d from %s", i, buf);
+            p = end;
+            worst = fmax(worst, fabs(v - m.act.logits[i]));
+            spread = fmax(spread, fabs(v));
+        }
+        printf("model dir (%s pooling): PyTorch logits max|diff| %.3g (max |logit| %.3g)\n",
+               poolings[pi], worst, spread);
+        ck_assert_msg(spread > 0.1, "logits too small to compare");
+        ck_assert_msg(worst <= LOGIT_TOL * fmax(1.0, spread), "%s pooling: logits differ by %.3g",
+                      poolings[pi], worst);
+
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir); /* a mkdtemp name: no quotes inside */
+        ck_assert_int_eq(system(cmd), 0);
+        ac_model_free(&m);
+    }
+}
+END_TEST
+
+static Suite *fixture_suite(void)
+{
+    Suite *s = suite_create("fixture");
+    TCase *tc = tcase_create("pytorch");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_fixture_l1_d32_max);
+    tcase_add_test(tc, test_fixture_l2_d24_mean);
+    tcase_add_test(tc, test_fixture_l2_d16_cls);
+    tcase_add_test(tc, test_fixture_detects_a_wrong_weight);
+    tcase_add_test(tc, test_pytorch_reproduces_a_model_dir);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(fixture_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
