@@ -1,0 +1,458 @@
+/* The vocabulary: building it from training texts, vocab.txt in and out,
+ * and token -> id lookup through an open-addressing hash table.
+ *
+ * Building counts tokens in per-thread hash tables that are merged by
+ * addition, then sorts by (count desc, bytes asc): a total order, so the
+ * result does not depend on the thread count or on which thread saw what. */
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "attnctl/text.h"
+#include "text_internal.h"
+
+static const char *const SPECIALS[] = {"<pad>", "<unk>", "<cls>"};
+
+/* Rows are handed to threads in chunks this big (dynamic schedule). */
+#define COUNT_CHUNK_ROWS 256
+
+/* FNV-1a's low bits are weak on short keys; fold the high half in. */
+static inline uint32_t slot_of(uint64_t h, uint32_t mask)
+{
+    return (uint32_t)(h ^ (h >> 32)) & mask;
+}
+
+/* ------------------------------------------------------------ token counts */
+
+typedef struct {
+    uint64_t hash;
+    uint64_t off; /* into the table's arena */
+    uint32_t len;
+    int64_t count; /* 0: empty slot */
+} count_slot;
+
+typedef struct {
+    count_slot *slots;
+    uint32_t mask;
+    size_t used;
+    char *arena;
+    size_t arena_len, arena_cap;
+} count_table;
+
+static int count_table_init(count_table *t, uint32_t n_slots)
+{
+    memset(t, 0, sizeof *t);
+    t->slots = calloc(n_slots, sizeof *t->slots);
+    if (!t->slots)
+        return -1;
+    t->mask = n_slots - 1;
+    return 0;
+}
+
+static void count_table_free(count_table *t)
+{
+    free(t->slots);
+    free(t->arena);
+    memset(t, 0, sizeof *t);
+}
+
+static int count_table_grow(count_table *t)
+{
+    uint64_t n_slots = (uint64_t)t->mask + 1;
+    if (n_slots >= (1ULL << 31))
+        return -1;
+    uint32_t new_mask = (uint32_t)(2 * n_slots - 1);
+    count_slot *slots = calloc((size_t)new_mask + 1, sizeof *slots);
+    if (!slots)
+        return -1;
+    for (uint64_t i = 0; i < n_slots; i++) {
+        const count_slot *s = &t->slots[i];
+        if (!s->count)
+            continue;
+        uint32_t k = slot_of(s->hash, new_mask);
+        while (slots[k].count)
+            k = (k + 1) & new_mask;
+        slots[k] = *s;
+    }
+    free(t->slots);
+    t->slots = slots;
+    t->mask = new_mask;
+    return 0;
+}
+
+/* Adds `add` to the count of token s[0..len) (hash h). */
+static int count_table_add(count_table *t, const char *s, uint32_t len, uint64_t h, int64_t add)
+{
+    uint32_t k = slot_of(h, t->mask);
+    for (;;) {
+        count_slot *slot = &t->slots[k];
+        if (!slot->count)
+            break;
+        if (slot->hash == h && slot->len == len && memcmp(t->arena + slot->off, s, len) == 0) {
+            slot->count += add;
+            return 0;
+        }
+        k = (k + 1) & t->mask;
+    }
+    if (ac_grow((void **)&t->arena, &t->arena_cap, t->arena_len + len, 1))
+        return -1;
+    memcpy(t->arena + t->arena_len, s, len);
+    t->slots[k] = (count_slot){.hash = h, .off = t->arena_len, .len = len, .count = add};
+    t->arena_len += len;
+    t->used++;
+    /* keep the load at most one half so probe runs stay short */
+    if (2 * t->used > (size_t)t->mask + 1)
+        return count_table_grow(t);
+    return 0;
+}
+
+/* ------------------------------------------------------------- lookup table */
+
+static void vocab_zero(ac_vocab *v)
+{
+    memset(v, 0, sizeof *v);
+}
+
+void ac_vocab_free(ac_vocab *v)
+{
+    if (!v)
+        return;
+    if (v->tokens)
+        for (int32_t i = 0; i < v->size; i++)
+            free(v->tokens[i]);
+    free(v->tokens);
+    free(v->slots);
+    vocab_zero(v);
+}
+
+/* Builds v->slots from v->tokens[0..size). On a duplicate token returns -1
+ * with its id in *dup and the id of its first occurrence in *first. */
+static int vocab_index(ac_vocab *v, int32_t *dup, int32_t *first)
+{
+    uint64_t n_slots = 16;
+    while (n_slots < 2 * (uint64_t)v->size)
+        n_slots *= 2;
+    if (n_slots > (1ULL << 31))
+        return -1;
+    v->slots = malloc(n_slots * sizeof *v->slots);
+    if (!v->slots)
+        return -1;
+    memset(v->slots, 0xff, n_slots * sizeof *v->slots); /* all -1: empty */
+    v->n_slots = (uint32_t)n_slots;
+    uint32_t mask = v->n_slots - 1;
+    for (int32_t id = 0; id < v->size; id++) {
+        const char *tok = v->tokens[id];
+        size_t len = strlen(tok);
+        uint32_t k = slot_of(ac_token_hash(tok, len), mask);
+        while (v->slots[k] >= 0) {
+            if (strcmp(v->tokens[v->slots[k]], tok) == 0) {
+                *dup = id;
+                *first = v->slots[k];
+                return -1;
+            }
+            k = (k + 1) & mask;
+        }
+        v->slots[k] = id;
+    }
+    return 0;
+}
+
+int32_t ac_vocab_lookup(const ac_vocab *v, const char *s, size_t len)
+{
+    if (!v->n_slots)
+        return AC_UNK_ID;
+    uint32_t mask = v->n_slots - 1;
+    uint32_t k = slot_of(ac_token_hash(s, len), mask);
+    for (;;) {
+        int32_t id = v->slots[k];
+        if (id < 0)
+            return AC_UNK_ID;
+        /* byte by byte, stopping at the token's NUL: never reads past it */
+        const char *tok = v->tokens[id];
+        size_t i = 0;
+        while (i < len && tok[i] && tok[i] == s[i])
+            i++;
+        if (i == len && tok[len] == '\0')
+            return id;
+        k = (k + 1) & mask;
+    }
+}
+
+/* ------------------------------------------------------------------ building */
+
+typedef struct {
+    int64_t count;
+    const char *str;
+    uint32_t len;
+} ranked_token;
+
+/* Count descending, then bytes ascending (memcmp, then the shorter first). */
+static int compare_ranked(const void *pa, const void *pb)
+{
+    const ranked_token *a = pa, *b = pb;
+    if (a->count != b->count)
+        return a->count > b->count ? -1 : 1;
+    int c = memcmp(a->str, b->str, a->len < b->len ? a->len : b->len);
+    if (c)
+        return c;
+    return (a->len > b->len) - (a->len < b->len);
+}
+
+static int is_special(const char *s, uint32_t len)
+{
+    for (size_t i = 0; i < sizeof SPECIALS / sizeof SPECIALS[0]; i++)
+        if (strlen(SPECIALS[i]) == len && memcmp(SPECIALS[i], s, len) == 0)
+            return 1;
+    return 0;
+}
+
+/* Counts the tokens of the selected rows into tables[0] (threads merge into it). */
+static int count_tokens(count_table *total, const ac_rawdata *data, const int64_t *idx, int64_t n,
+                        const ac_tokenizer_config *tcfg)
+{
+    int n_threads = 1;
+#ifdef _OPENMP
+    n_threads = omp_get_max_threads();
+#endif
+    count_table *tables = calloc((size_t)n_threads, sizeof *tables);
+    if (!tables)
+        return -1;
+    int64_t n_chunks = (n + COUNT_CHUNK_ROWS - 1) / COUNT_CHUNK_ROWS;
+    int failed = 0;
+#pragma omp parallel num_threads(n_threads)
+    {
+        int tid = 0;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+#endif
+        count_table *table = &tables[tid];
+        ac_tokenizer *tok = NULL;
+        int ok = count_table_init(table, 1u << 14) == 0 && ac_tokenizer_create(&tok, tcfg, NULL) == 0;
+        if (!ok) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t chunk = 0; chunk < n_chunks; chunk++) {
+            int stop;
+#pragma omp atomic read
+            stop = failed;
+            if (stop)
+                continue;
+            int64_t end = (chunk + 1) * COUNT_CHUNK_ROWS < n ? (chunk + 1) * COUNT_CHUNK_ROWS : n;
+            for (int64_t i = chunk * COUNT_CHUNK_ROWS; i < end; i++) {
+                int64_t row = idx ? idx[i] : i;
+                const ac_token *toks;
+                int64_t nt = ac_tokenize(tok, ac_rawdata_text(data, row),
+                                         ac_rawdata_text_len(data, row), &toks);
+                int bad = nt < 0;
+                for (int64_t k = 0; k < nt && !bad; k++)
+                    bad = count_table_add(table, toks[k].str, toks[k].len,
+                                          ac_token_hash(toks[k].str, toks[k].len), 1) != 0;
+                if (bad) {
+#pragma omp atomic write
+                    failed = 1;
+                    break;
+                }
+            }
+        }
+        ac_tokenizer_free(tok);
+    }
+    /* merge by addition: the sums do not depend on who counted what */
+    for (int t = 1; t < n_threads && !failed; t++) {
+        const count_table *src = &tables[t];
+        for (uint64_t k = 0; k <= src->mask && src->slots; k++) {
+            const count_slot *s = &src->slots[k];
+            if (s->count && count_table_add(&tables[0], src->arena + s->off, s->len, s->hash, s->count)) {
+                failed = 1;
+                break;
+            }
+        }
+    }
+    for (int t = 1; t < n_threads; t++)
+        count_table_free(&tables[t]);
+    if (failed) {
+        count_table_free(&tables[0]);
+        free(tables);
+        return -1;
+    }
+    *total = tables[0];
+    free(tables);
+    return 0;
+}
+
+int ac_vocab_build(ac_vocab *v, const ac_rawdata *data, const int64_t *idx, int64_t n,
+                   const ac_tokenizer_config *tcfg, int32_t max_size, int64_t min_count,
+                   int with_cls, ac_err *err)
+{
+    vocab_zero(v);
+    int32_t n_specials = with_cls ? 3 : 2;
+    if (max_size < n_specials)
+        return ac_err_set(err, "vocabulary size %d is too small: the %d special tokens need %d",
+                          (int)max_size, (int)n_specials, (int)n_specials);
+    if (n < 0 || (!idx && n > data->n_rows))
+        return ac_err_set(err, "vocabulary: %lld rows asked for, the data has %lld", (long long)n,
+                          (long long)data->n_rows);
+    for (int64_t i = 0; idx && i < n; i++)
+        if (idx[i] < 0 || idx[i] >= data->n_rows)
+            return ac_err_set(err, "vocabulary: row %lld out of range (the data has %lld rows)",
+                              (long long)idx[i], (long long)data->n_rows);
+    ac_tokenizer *probe = NULL;
+    if (ac_tokenizer_create(&probe, tcfg, err)) /* reports a bad config by name */
+        return -1;
+    ac_tokenizer_free(probe);
+
+    count_table counts;
+    if (count_tokens(&counts, data, idx, n, tcfg))
+        return ac_err_set(err, "out of memory while counting tokens");
+
+    ranked_token *ranked = malloc((counts.used ? counts.used : 1) * sizeof *ranked);
+    if (!ranked) {
+        count_table_free(&counts);
+        return ac_err_set(err, "out of memory while counting tokens");
+    }
+    size_t n_ranked = 0;
+    for (uint64_t k = 0; k <= counts.mask; k++) {
+        const count_slot *s = &counts.slots[k];
+        const char *str = counts.arena + s->off;
+        if (s->count && s->count >= min_count && !is_special(str, s->len))
+            ranked[n_ranked++] = (ranked_token){s->count, str, s->len};
+    }
+    qsort(ranked, n_ranked, sizeof *ranked, compare_ranked);
+    size_t keep = (size_t)(max_size - n_specials);
+    if (keep > n_ranked)
+        keep = n_ranked;
+
+    v->size = n_specials + (int32_t)keep;
+    v->with_cls = with_cls != 0;
+    v->tokens = calloc((size_t)v->size, sizeof *v->tokens);
+    int ok = v->tokens != NULL;
+    for (int32_t i = 0; ok && i < n_specials; i++)
+        ok = (v->tokens[i] = strdup(SPECIALS[i])) != NULL;
+    for (size_t i = 0; ok && i < keep; i++) {
+        const ranked_token *r = &ranked[i];
+        /* vocab.txt is one token a line; the tokenizer never yields a newline or NUL */
+        assert(!memchr(r->str, '\n', r->len) && !memchr(r->str, '\0', r->len) && r->len > 0);
+        char *s = malloc((size_t)r->len + 1);
+        if (!s) {
+            ok = 0;
+            break;
+        }
+        memcpy(s, r->str, r->len);
+        s[r->len] = '\0';
+        v->tokens[n_specials + (int32_t)i] = s;
+    }
+    free(ranked);
+    count_table_free(&counts);
+    int32_t dup, first;
+    if (!ok || vocab_index(v, &dup, &first)) {
+        ac_vocab_free(v);
+        return ac_err_set(err, "out of memory while building the vocabulary");
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ vocab.txt */
+
+/* Shows a token in an error message: at most 40 bytes. */
+#define SHOW_TOKEN 40
+
+int ac_vocab_load(ac_vocab *v, const char *path, ac_err *err)
+{
+    vocab_zero(v);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return ac_err_set(err, "%s: cannot open: %s", path, strerror(errno));
+    char *line = NULL;
+    size_t line_cap = 0, tokens_cap = 0;
+    int rc = -1;
+    ssize_t got;
+    int64_t lineno = 0;
+    while ((got = getline(&line, &line_cap, f)) >= 0) {
+        lineno++;
+        size_t len = (size_t)got;
+        if (len && line[len - 1] == '\n')
+            len--;
+        if (len && line[len - 1] == '\r')
+            len--;
+        line[len] = '\0';
+        if (len == 0) {
+            ac_err_set(err, "%s:%lld: empty line (vocab.txt holds one token a line)", path,
+                       (long long)lineno);
+            goto done;
+        }
+        if (memchr(line, '\0', len)) {
+            ac_err_set(err, "%s:%lld: token contains a NUL byte", path, (long long)lineno);
+            goto done;
+        }
+        if (ac_utf8_valid_prefix(line, len) != len) {
+            ac_err_set(err, "%s:%lld: token is not valid UTF-8", path, (long long)lineno);
+            goto done;
+        }
+        if (lineno <= 2 && strcmp(line, SPECIALS[lineno - 1]) != 0) {
+            ac_err_set(err, "%s:%lld: expected \"%s\" (a vocabulary starts with <pad>, <unk>), found \"%.*s\"",
+                       path, (long long)lineno, SPECIALS[lineno - 1], SHOW_TOKEN, line);
+            goto done;
+        }
+        if (lineno == 3 && strcmp(line, SPECIALS[2]) == 0)
+            v->with_cls = 1;
+        else if (strcmp(line, SPECIALS[2]) == 0) {
+            ac_err_set(err, "%s:%lld: \"<cls>\" may only be line 3", path, (long long)lineno);
+            goto done;
+        }
+        if (lineno >= INT32_MAX) {
+            ac_err_set(err, "%s:%lld: too many tokens", path, (long long)lineno);
+            goto done;
+        }
+        if (ac_grow((void **)&v->tokens, &tokens_cap, (size_t)v->size + 1, sizeof *v->tokens) ||
+            !(v->tokens[v->size] = strdup(line))) {
+            ac_err_set(err, "%s: out of memory", path);
+            goto done;
+        }
+        v->size++;
+    }
+    if (ferror(f)) {
+        ac_err_set(err, "%s: read error: %s", path, strerror(errno));
+        goto done;
+    }
+    if (lineno == 0) {
+        ac_err_set(err, "%s: empty file (a vocabulary starts with <pad>, <unk>)", path);
+        goto done;
+    }
+    if (lineno == 1) {
+        ac_err_set(err, "%s:2: missing \"<unk>\" (a vocabulary starts with <pad>, <unk>)", path);
+        goto done;
+    }
+    int32_t dup = -1, first = -1;
+    if (vocab_index(v, &dup, &first)) {
+        if (dup >= 0)
+            ac_err_set(err, "%s:%lld: duplicate token \"%.*s\" (first on line %lld)", path,
+                       (long long)dup + 1, SHOW_TOKEN, v->tokens[dup], (long long)first + 1);
+        else
+            ac_err_set(err, "%s: out of memory", path);
+        goto done;
+    }
+    rc = 0;
+done:
+    free(line);
+    fclose(f);
+    if (rc)
+        ac_vocab_free(v);
+    return rc;
+}
+
+int ac_vocab_write(const ac_vocab *v, FILE *f, ac_err *err)
+{
+    for (int32_t i = 0; i < v->size; i++) {
+        if (fputs(v->tokens[i], f) == EOF || fputc('\n', f) == EOF)
+            return ac_err_set(err, "writing the vocabulary: %s", strerror(errno));
+    }
+    if (fflush(f) == EOF || ferror(f))
+        return ac_err_set(err, "writing the vocabulary: %s", strerror(errno));
+    return 0;
+}
