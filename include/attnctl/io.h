@@ -38,14 +38,23 @@ typedef struct {
 /* Validates everything the reference library validates (size >= 8, header
  * length <= 100 MB and inside the file, UTF-8 JSON object, known dtype,
  * shape x dtype = byte size, offsets contiguous from 0 without overlap, no
- * trailing bytes, no duplicate names, no overflow). Errors name the file. */
+ * trailing bytes, no duplicate names, no overflow) and a little more (no
+ * unknown keys in a tensor entry, at most 8 dims, integers <= 2^53). Every
+ * standard dtype (BOOL, U8..U64, I8..I64, F4, F6_*, F8_*, F16, BF16, F32,
+ * F64, C64) parses; only F32 tensors are readable through ac_st_f32 (the
+ * model loader rejects other dtypes, naming the tensor). The data section is
+ * copied into a malloc buffer, so F32 tensors at offsets that are multiples
+ * of 4 are aligned. Errors name the file and the tensor/field. */
 int ac_st_load(ac_safetensors *st, const char *path, ac_err *err);
 int ac_st_parse(ac_safetensors *st, const unsigned char *buf, size_t len, const char *name, ac_err *err);
 const ac_st_tensor *ac_st_find(const ac_safetensors *st, const char *name);
 const float *ac_st_f32(const ac_safetensors *st, const ac_st_tensor *t); /* NULL if misaligned/not F32 */
 void ac_st_free(ac_safetensors *st);
 
-/* Writing: tensors given as (name, shape, data) triples; written atomically
+/* Writing: F32 tensors given as (name, shape, data) triples, in the header in
+ * the given order with contiguous offsets; header padded with spaces to a
+ * multiple of 8 bytes; data little-endian. meta_kv holds n_meta (key, value)
+ * pairs as 2*n_meta strings, stored as "__metadata__". Written atomically
  * (temporary file in the same directory, fsync, rename, fsync directory). */
 typedef struct {
     const char *name;
@@ -89,12 +98,18 @@ typedef struct {
     ac_provenance provenance;
 } ac_config;
 
+/* The one place for default settings. Labels start empty (the trainer takes
+ * them from the data). Does not free: call ac_config_free first on a used config. */
 void ac_config_defaults(ac_config *c);
 /* Reads a config.json or a preset (presets may omit labels, provenance and
  * any field: what is absent keeps its current value in *c unless `full` is
- * set, when every required key must be present). Unknown keys, wrong types and
- * out-of-range values are errors naming the file and the key path
- * (e.g. "config.json: model.d_model: must be a positive integer"). */
+ * set, when every section and key must be present, labels included). Unknown
+ * or repeated keys, wrong types and out-of-range values are errors naming the
+ * file and the key path ("x.json: model.n_heads: must be an integer in
+ * 1..65536 (got 0)"); JSON syntax errors give "x.json:LINE:COL: not valid JSON".
+ * On error *c is unchanged. A preset setting model.vocab_size without
+ * training.vocab_max sets both; labels without model.n_classes set the count.
+ * Seeds above 2^53 are written as decimal strings (numbers lose precision). */
 int ac_config_load(ac_config *c, const char *path, int full, ac_err *err);
 int ac_config_parse(ac_config *c, const char *json, size_t len, const char *name, int full,
                     ac_err *err);
@@ -124,15 +139,24 @@ typedef struct {
     ac_model model;       /* parameters loaded; activations not allocated */
 } ac_model_dir;
 
-/* Loads config.json, vocab.txt and model.safetensors and checks them against
- * each other (names, shapes, vocab line count, labels count). */
+/* Loads config.json (full), vocab.txt and model.safetensors and checks them
+ * against each other: vocab line count == model.vocab_size, labels count ==
+ * n_classes, <cls> present for cls pooling, every parameter tensor present
+ * as F32 with the shape config.json implies, no other tensor. Errors name
+ * the file and the tensor. md is zeroed on failure. */
 int ac_model_dir_load(ac_model_dir *md, const char *dir, ac_err *err);
 void ac_model_dir_free(ac_model_dir *md);
 
-/* Saves config.json, vocab.txt and model.safetensors atomically (each file
- * via temp + fsync + rename, then fsync of the directory); creates dir. On
- * failure the previous files are intact. When m1/m2/state are non-NULL also
- * writes optimizer.safetensors and trainer_state.json for --resume. */
+/* Saves config.json, vocab.txt and model.safetensors atomically; creates dir
+ * (mkdir -p). All temporary files are written and fsynced first, then all
+ * renamed (model.safetensors last), then the directory is fsynced: a failure
+ * while writing (full disk, ...) leaves every previous file intact. When
+ * m1/m2/state are non-NULL (all three or none) also writes
+ * optimizer.safetensors and trainer_state.json for --resume; without them,
+ * resume files of an earlier save are removed (they would not match the new
+ * weights). Refuses a cfg whose model section differs from m->cfg, a vocab
+ * whose size is not model.vocab_size, or labels count != n_classes.
+ * model.safetensors carries __metadata__ {"format": "pt", "producer": "attnctl VERSION"}. */
 int ac_model_dir_save(const char *dir, const ac_config *cfg, const ac_vocab *v, const ac_model *m,
                       const float *m1, const float *m2, const ac_trainer_state *state,
                       ac_err *err);
@@ -140,9 +164,49 @@ int ac_model_dir_save(const char *dir, const ac_config *cfg, const ac_vocab *v, 
 int ac_model_dir_load_resume(const char *dir, const ac_model *m, float *m1, float *m2,
                              ac_trainer_state *state, ac_err *err);
 
+/* Loads config.json alone, requiring every key (full = 1). */
+int ac_model_dir_load_config(ac_config *c, const char *dir, ac_err *err);
+/* Loads trainer_state.json alone (every field required, unknown keys rejected). */
+int ac_trainer_state_load(ac_trainer_state *s, const char *path, ac_err *err);
+int ac_trainer_state_parse(ac_trainer_state *s, const char *json, size_t len, const char *name,
+                           ac_err *err);
+/* trainer_state.json text (seed as a decimal string: exact for all 64 bits). Caller frees. */
+char *ac_trainer_state_to_json(const ac_trainer_state *s);
+
+/* ------------------------------------------------------------------- files */
+
 /* Atomically replace path with the given bytes. */
 int ac_write_file_atomic(const char *path, const void *data, size_t len, ac_err *err);
-/* SHA-256 of a file, hex. */
+/* SHA-256 of a file, hex (nettle). */
 int ac_sha256_file(const char *path, char hex[65], ac_err *err);
+/* Reads a whole file (at most max_len bytes, else an error) into a
+ * NUL-terminated malloc buffer. */
+int ac_read_file(const char *path, size_t max_len, char **data, size_t *len, ac_err *err);
+/* mkdir -p (mode 0777 & ~umask). */
+int ac_mkdir_p(const char *dir, ac_err *err);
+/* fsync a directory so that renames inside it are durable. */
+int ac_fsync_dir(const char *dir, ac_err *err);
+
+/* Streaming atomic replacement: bytes go to a temporary file next to path
+ * (same directory, so rename is atomic); nothing at path changes until
+ * publish. Writes loop over partial writes and EINTR; errors carry errno text
+ * ("No space left on device"). Use: begin, write..., then commit (finish +
+ * publish + fsync of the directory), or abort on any failure. To replace
+ * several files together: finish all, then publish all, then ac_fsync_dir. */
+typedef struct {
+    char *path;     /* final path */
+    char *tmp_path; /* temporary file; NULL once published or removed */
+    int fd;         /* -1 once closed */
+} ac_atomic_file;
+int ac_atomic_begin(ac_atomic_file *f, const char *path, ac_err *err);
+int ac_atomic_write(ac_atomic_file *f, const void *data, size_t len, ac_err *err);
+int ac_atomic_finish(ac_atomic_file *f, ac_err *err);  /* fsync + close; the temp file stays */
+int ac_atomic_publish(ac_atomic_file *f, ac_err *err); /* rename the temp file over path */
+int ac_atomic_commit(ac_atomic_file *f, ac_err *err);  /* finish + publish + fsync dir; frees */
+void ac_atomic_abort(ac_atomic_file *f);               /* closes, removes the temp file, frees */
+void ac_atomic_release(ac_atomic_file *f);             /* frees after a successful publish */
+/* Writes a safetensors file into an open atomic file (see ac_st_save). */
+int ac_st_write(ac_atomic_file *f, const ac_st_entry *entries, int n, const char *const *meta_kv,
+                int n_meta, ac_err *err);
 
 #endif
