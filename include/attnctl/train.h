@@ -1,0 +1,137 @@
+/* The training loop: vocabulary, corpora, model, AdamW steps, evaluation,
+ * best-model and resumable checkpoints, metrics log and learning curves.
+ * Never prints: progress goes through a callback, errors through ac_err.
+ *
+ * Output directory layout (DIR = out_dir):
+ *   DIR/config.json, vocab.txt, model.safetensors  best model so far (by
+ *       validation accuracy; without validation rows: the latest evaluated)
+ *   DIR/metrics.jsonl   one JSON object per evaluation
+ *   DIR/training.svg    loss and validation accuracy against step
+ *   DIR/checkpoint/     latest resumable state: config.json, vocab.txt,
+ *       model.safetensors, optimizer.safetensors, trainer_state.json and
+ *       run.json (the data files and columns, for `--resume DIR`)
+ *
+ * Determinism: all randomness is counter based on the seed (split, weight
+ * init, per-epoch shuffle, per-step dropout), so a run is bitwise
+ * reproducible for any thread count, and N steps + resume + M steps equals
+ * N + M steps in one go. */
+#ifndef ATTNCTL_TRAIN_H
+#define ATTNCTL_TRAIN_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attnctl/error.h"
+#include "attnctl/io.h"
+#include "attnctl/text.h"
+
+#define AC_CHECKPOINT_SUBDIR "checkpoint"
+#define AC_METRICS_FILE "metrics.jsonl"
+#define AC_CURVES_FILE "training.svg"
+#define AC_RUN_FILE "run.json" /* inside the checkpoint directory */
+
+typedef enum {
+    AC_TRAIN_EVENT_BEGIN = 0, /* once, after setup: sizes below are filled */
+    AC_TRAIN_EVENT_STEP = 1,  /* after every optimizer step */
+    AC_TRAIN_EVENT_EVAL = 2,  /* after every evaluation (and its saves) */
+} ac_train_event_kind;
+
+typedef struct {
+    ac_train_event_kind kind;
+    int epoch;             /* 0-based epoch of the last step */
+    int epochs;
+    long step;             /* optimizer steps done so far (including earlier sessions) */
+    long total_steps;      /* epochs x batches per epoch */
+    long stop_step;        /* where this session will end at the latest: min(total, max_steps) */
+    double epoch_progress; /* step / batches per epoch, e.g. 1.5 */
+    double examples_per_s, tokens_per_s; /* this session, training steps only */
+    double loss;           /* STEP: this batch; EVAL: mean training loss since the previous evaluation */
+    double loss_avg;       /* STEP: mean training loss since the previous evaluation */
+    double lr;             /* learning rate of the last step */
+    double eta_s;          /* seconds until stop_step at this session's pace */
+    double elapsed_s;      /* wall time of training, earlier sessions included (to their last evaluation) */
+    /* EVAL */
+    double val_loss, val_accuracy; /* NAN without validation rows */
+    int improved;          /* this evaluation is the new best and was saved as the model */
+    double best_val_accuracy; /* -1 when none yet */
+    long best_step;
+    int bad_evals;         /* evaluations since the best (early stopping at patience) */
+    /* BEGIN */
+    int64_t n_train, n_val;       /* rows */
+    int vocab_size;
+    size_t n_params;
+    size_t memory_bytes;          /* parameters, gradients, moments and activations */
+    long batches_per_epoch;
+    int resumed;                  /* 1 when continuing a checkpoint (step = where it resumed) */
+    int64_t n_train_tokens, n_unk_tokens, n_truncated; /* of the training corpus */
+} ac_train_progress;
+
+typedef void (*ac_train_progress_fn)(const ac_train_progress *p, void *user);
+
+typedef struct {
+    /* Settings (model, tokenizer, training). Fresh run only: labels,
+     * model.vocab_size and model.n_classes are filled in by the trainer (the
+     * values given there are ignored). NULL when resuming: the checkpoint's
+     * config is used. */
+    const ac_config *config;
+    const ac_rawdata *train;   /* labelled rows */
+    const ac_rawdata *val;     /* NULL: stratified split of train (training.val_split, seed) */
+    const char *out_dir;
+    int resume;                /* continue from out_dir/checkpoint */
+    long max_steps;            /* stop after this many steps in total (0 = no limit);
+                                  not stored: resuming with a larger value continues */
+    /* Where the data came from: recorded in config.json (provenance) and in
+     * checkpoint/run.json for resuming. May be NULL (no SHA-256 is then
+     * recorded or checked). On resume the training file's SHA-256 must match
+     * the checkpoint's. */
+    const char *train_path, *val_path, *text_column, *label_column;
+    volatile sig_atomic_t *stop; /* non-zero: finish the step, save, return INTERRUPTED; may be NULL */
+    ac_train_progress_fn progress; /* may be NULL */
+    void *progress_user;
+    /* Called after every optimizer step (step = steps done), before that
+     * step's evaluation; may be NULL. For instrumentation and fault-injection
+     * tests: it may read or change the weights. */
+    void (*after_step)(ac_model *m, long step, void *user);
+    void *after_step_user;
+} ac_train_options;
+
+typedef enum {
+    AC_TRAIN_FINISHED = 0,      /* all epochs done */
+    AC_TRAIN_EARLY_STOPPED = 1, /* patience evaluations without improvement */
+    AC_TRAIN_MAX_STEPS = 2,     /* max_steps reached */
+    AC_TRAIN_INTERRUPTED = 3,   /* *stop was set; checkpoint saved, resumable */
+} ac_train_status;
+
+typedef struct {
+    ac_train_status status;
+    long step;                 /* optimizer steps done in total */
+    long total_steps;
+    int epoch;                 /* 0-based epoch the run is in (== epochs when finished) */
+    int n_evals;               /* evaluations in this session */
+    double best_val_accuracy;  /* -1 when no evaluation had validation rows */
+    long best_step;            /* -1 when none */
+    double last_val_loss, last_val_accuracy; /* NAN when none */
+    int model_saved;           /* out_dir holds a model (config.json etc.) */
+} ac_train_result;
+
+/* Trains as the options say. Returns 0 with *result filled (also for an
+ * interruption: check result->status), or -1 with err filled; a loss or
+ * gradient that becomes NaN/Inf is an error naming the step, and the last
+ * checkpoint on disk (from the previous evaluation) stays as it was.
+ * result may be filled partially on error (step). */
+int ac_train(const ac_train_options *opt, ac_train_result *result, ac_err *err);
+
+/* What `--resume DIR` needs before reading data: the files and columns the
+ * run was started with (checkpoint/run.json). Empty strings mean "none" /
+ * "default column". */
+typedef struct {
+    char train_file[4096];
+    char val_file[4096];
+    char text_column[256];
+    char label_column[256];
+} ac_train_sources;
+
+int ac_train_sources_load(const char *out_dir, ac_train_sources *s, ac_err *err);
+
+#endif

@@ -1,0 +1,1001 @@
+/* The training loop. See include/attnctl/train.h for the files it writes and
+ * the guarantees (determinism, exact resume). */
+#include "attnctl/train.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "attnctl/model.h"
+#include "attnctl/optim.h"
+#include "attnctl/rng.h"
+#include "curves.h"
+
+/* Sub-streams of the seed, one per use of randomness, so that e.g. the
+ * shuffle of epoch 3 never shares draws with the dropout of step 3. */
+enum { STREAM_SPLIT = 1, STREAM_INIT = 2, STREAM_SHUFFLE = 3, STREAM_DROPOUT = 4 };
+
+#define METRICS_MAX_BYTES ((size_t)256 << 20)
+#define RUN_FILE_MAX_BYTES ((size_t)1 << 20)
+
+typedef struct {
+    const ac_train_options *opt;
+    ac_config cfg;
+    int have_cfg;
+    ac_vocab vocab;
+    int have_vocab;
+    ac_model model;
+    int have_model;
+    ac_corpus train_corpus, val_corpus;
+    int have_train_corpus, have_val_corpus;
+    const ac_corpus *val_src; /* the corpus holding the validation rows */
+    int64_t *train_idx, *val_idx;
+    int64_t n_train, n_val;
+    ac_batch_plan plan; /* training batches of epoch plan_epoch */
+    int plan_epoch;     /* -1: none */
+    ac_batch_plan val_plan;
+    int have_val_plan;
+    ac_batch batch; /* buffers for batch_size x max_len */
+    float *m1, *m2;
+    ac_optim_config optim;
+    ac_trainer_state state;
+    long batches_per_epoch, total_steps, stop_step;
+    long ckpt_step; /* step of the checkpoint on disk from this run, -1 none */
+    ac_metric_point *points;
+    int n_points, cap_points;
+    char *ckpt_dir, *metrics_path, *svg_path;
+    double elapsed_base; /* elapsed_s of earlier sessions (last kept evaluation) */
+    size_t memory_bytes;
+    int model_saved;
+} trainer;
+
+/* ------------------------------------------------------------------ helpers */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static char *path_join(const char *dir, const char *name, ac_err *err)
+{
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(n);
+    if (!p) {
+        ac_err_set(err, "out of memory");
+        return NULL;
+    }
+    snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+static int copy_string(char *dst, size_t cap, const char *src, const char *what, ac_err *err)
+{
+    size_t n = strlen(src);
+    if (n >= cap)
+        return ac_err_set(err, "%s is too long (%zu bytes, at most %zu)", what, n, cap - 1);
+    memcpy(dst, src, n + 1);
+    return 0;
+}
+
+static void set_date(ac_provenance *p)
+{
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(p->date, sizeof p->date, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+static int64_t *identity_index(int64_t n)
+{
+    int64_t *idx = malloc((size_t)(n > 0 ? n : 1) * sizeof *idx);
+    if (idx)
+        for (int64_t i = 0; i < n; i++)
+            idx[i] = i;
+    return idx;
+}
+
+/* Replaces cfg->labels by a copy of the data's class names. */
+static int set_labels(ac_config *cfg, const ac_rawdata *d, ac_err *err)
+{
+    char **labels = calloc((size_t)d->n_classes, sizeof *labels);
+    if (!labels)
+        return ac_err_set(err, "out of memory");
+    for (int i = 0; i < d->n_classes; i++) {
+        labels[i] = strdup(d->classes[i]);
+        if (!labels[i]) {
+            for (int j = 0; j < i; j++)
+                free(labels[j]);
+            free(labels);
+            return ac_err_set(err, "out of memory");
+        }
+    }
+    cfg->labels = labels;
+    cfg->n_labels = d->n_classes;
+    return 0;
+}
+
+static int classes_match(const ac_rawdata *d, char *const *labels, int n)
+{
+    if (d->n_classes != n)
+        return 0;
+    for (int i = 0; i < n; i++)
+        if (strcmp(d->classes[i], labels[i]) != 0)
+            return 0;
+    return 1;
+}
+
+static int check_labelled(const ac_rawdata *d, const char *what, ac_err *err)
+{
+    if (!d->labels)
+        return ac_err_set(err, "%s has no label column", what);
+    if (d->n_rows <= 0)
+        return ac_err_set(err, "%s has no rows", what);
+    if (d->n_classes < 2)
+        return ac_err_set(err, "%s has %d class%s; training needs at least 2", what, d->n_classes,
+                          d->n_classes == 1 ? "" : "es");
+    return 0;
+}
+
+/* ------------------------------------------------------------- run.json */
+
+static int write_sources(const trainer *t, ac_err *err)
+{
+    const ac_train_options *o = t->opt;
+    cJSON *root = cJSON_CreateObject();
+    char *abs_train = o->train_path ? realpath(o->train_path, NULL) : NULL;
+    char *abs_val = o->val_path ? realpath(o->val_path, NULL) : NULL;
+    int rc = -1;
+    if (!root)
+        goto oom;
+    /* Absolute paths, so `--resume DIR` works from any working directory. */
+    if (!cJSON_AddStringToObject(root, "train_file",
+                                 abs_train ? abs_train : o->train_path ? o->train_path : "") ||
+        !cJSON_AddStringToObject(root, "val_file",
+                                 abs_val ? abs_val : o->val_path ? o->val_path : "") ||
+        !cJSON_AddStringToObject(root, "text_column", o->text_column ? o->text_column : "") ||
+        !cJSON_AddStringToObject(root, "label_column", o->label_column ? o->label_column : ""))
+        goto oom;
+    char *text = cJSON_Print(root);
+    if (!text)
+        goto oom;
+    char *path = path_join(t->ckpt_dir, AC_RUN_FILE, err);
+    if (path) {
+        size_t len = strlen(text);
+        text[len] = '\n'; /* replaces the NUL; written with its length */
+        rc = ac_write_file_atomic(path, text, len + 1, err);
+        free(path);
+    }
+    free(text);
+    goto done;
+oom:
+    ac_err_set(err, "out of memory");
+done:
+    cJSON_Delete(root);
+    free(abs_train);
+    free(abs_val);
+    return rc;
+}
+
+static int json_string_field(const cJSON *root, const char *key, char *dst, size_t cap,
+                             const char *path, ac_err *err)
+{
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!cJSON_IsString(item))
+        return ac_err_set(err, "%s: %s: must be a string", path, key);
+    char what[256];
+    snprintf(what, sizeof what, "%s: %s", path, key);
+    return copy_string(dst, cap, item->valuestring, what, err);
+}
+
+int ac_train_sources_load(const char *out_dir, ac_train_sources *s, ac_err *err)
+{
+    memset(s, 0, sizeof *s);
+    size_t n = strlen(out_dir) + strlen(AC_CHECKPOINT_SUBDIR) + strlen(AC_RUN_FILE) + 3;
+    char *path = malloc(n);
+    if (!path)
+        return ac_err_set(err, "out of memory");
+    snprintf(path, n, "%s/%s/%s", out_dir, AC_CHECKPOINT_SUBDIR, AC_RUN_FILE);
+    if (access(path, F_OK) != 0) {
+        ac_err_set(err, "%s holds no resumable checkpoint (%s not found)", out_dir, path);
+        free(path);
+        return -1;
+    }
+    char *data = NULL;
+    size_t len = 0;
+    int rc = ac_read_file(path, RUN_FILE_MAX_BYTES, &data, &len, err);
+    if (rc == 0) {
+        cJSON *root = cJSON_ParseWithLength(data, len);
+        if (!cJSON_IsObject(root))
+            rc = ac_err_set(err, "%s: not a JSON object", path);
+        else if (json_string_field(root, "train_file", s->train_file, sizeof s->train_file, path,
+                                   err) ||
+                 json_string_field(root, "val_file", s->val_file, sizeof s->val_file, path, err) ||
+                 json_string_field(root, "text_column", s->text_column, sizeof s->text_column,
+                                   path, err) ||
+                 json_string_field(root, "label_column", s->label_column,
+                                   sizeof s->label_column, path, err))
+            rc = -1;
+        cJSON_Delete(root);
+    }
+    free(data);
+    free(path);
+    return rc;
+}
+
+/* -------------------------------------------------------- metrics.jsonl */
+
+static void format_number(char *buf, size_t n, double v)
+{
+    if (isfinite(v))
+        snprintf(buf, n, "%.8g", v);
+    else
+        snprintf(buf, n, "null"); /* JSON has no NaN */
+}
+
+static int write_metrics_and_curves(const trainer *t, ac_err *err)
+{
+    size_t cap = 256 * (size_t)(t->n_points + 1), len = 0;
+    char *text = malloc(cap);
+    if (!text)
+        return ac_err_set(err, "out of memory");
+    for (int i = 0; i < t->n_points; i++) {
+        const ac_metric_point *p = &t->points[i];
+        char epoch[32], tl[32], vl[32], va[32], lr[32], tps[32], el[32];
+        format_number(epoch, sizeof epoch, p->epoch);
+        format_number(tl, sizeof tl, p->train_loss);
+        format_number(vl, sizeof vl, p->val_loss);
+        format_number(va, sizeof va, p->val_accuracy);
+        format_number(lr, sizeof lr, p->lr);
+        format_number(tps, sizeof tps, p->tokens_per_s);
+        format_number(el, sizeof el, p->elapsed_s);
+        int w = snprintf(text + len, cap - len,
+                         "{\"step\": %ld, \"epoch\": %s, \"train_loss\": %s, \"val_loss\": %s, "
+                         "\"val_accuracy\": %s, \"lr\": %s, \"tokens_per_s\": %s, "
+                         "\"elapsed_s\": %s}\n",
+                         p->step, epoch, tl, vl, va, lr, tps, el);
+        if (w < 0 || (size_t)w >= cap - len) {
+            free(text);
+            return ac_err_set(err, "internal error: metrics line too long");
+        }
+        len += (size_t)w;
+    }
+    int rc = ac_write_file_atomic(t->metrics_path, text, len, err);
+    free(text);
+    if (rc)
+        return rc;
+    char *svg = ac_curves_svg(t->points, t->n_points);
+    if (!svg)
+        return ac_err_set(err, "out of memory");
+    rc = ac_write_file_atomic(t->svg_path, svg, strlen(svg), err);
+    free(svg);
+    return rc;
+}
+
+static int push_point(trainer *t, const ac_metric_point *p, ac_err *err)
+{
+    if (t->n_points == t->cap_points) {
+        int cap = t->cap_points ? 2 * t->cap_points : 64;
+        ac_metric_point *grown = realloc(t->points, (size_t)cap * sizeof *grown);
+        if (!grown)
+            return ac_err_set(err, "out of memory");
+        t->points = grown;
+        t->cap_points = cap;
+    }
+    t->points[t->n_points++] = *p;
+    return 0;
+}
+
+static double json_number(const cJSON *obj, const char *key)
+{
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(obj, key);
+    return cJSON_IsNumber(item) ? item->valuedouble : NAN;
+}
+
+/* Reads the metrics of earlier sessions, keeping evaluations up to the
+ * checkpoint's step: later lines (from after the checkpoint, e.g. a crash
+ * between the metrics write and the checkpoint save) are dropped, since they
+ * will be recomputed. */
+static int load_metrics_until(trainer *t, long max_step, ac_err *err)
+{
+    if (access(t->metrics_path, F_OK) != 0)
+        return 0;
+    char *data = NULL;
+    size_t len = 0;
+    if (ac_read_file(t->metrics_path, METRICS_MAX_BYTES, &data, &len, err))
+        return -1;
+    int rc = 0;
+    long line_no = 0;
+    for (char *line = data; line < data + len && rc == 0;) {
+        char *end = memchr(line, '\n', (size_t)(data + len - line));
+        size_t line_len = end ? (size_t)(end - line) : (size_t)(data + len - line);
+        line_no++;
+        size_t k = 0;
+        while (k < line_len && (line[k] == ' ' || line[k] == '\t' || line[k] == '\r'))
+            k++;
+        if (k < line_len) {
+            cJSON *obj = cJSON_ParseWithLength(line, line_len);
+            double step = json_number(obj, "step");
+            if (!cJSON_IsObject(obj) || !isfinite(step)) {
+                rc = ac_err_set(err,
+                                "%s:%ld: not a metrics record (fix or delete the file to resume)",
+                                t->metrics_path, line_no);
+            } else if ((long)step <= max_step) {
+                ac_metric_point p = {
+                    .step = (long)step,
+                    .epoch = json_number(obj, "epoch"),
+                    .train_loss = json_number(obj, "train_loss"),
+                    .val_loss = json_number(obj, "val_loss"),
+                    .val_accuracy = json_number(obj, "val_accuracy"),
+                    .lr = json_number(obj, "lr"),
+                    .tokens_per_s = json_number(obj, "tokens_per_s"),
+                    .elapsed_s = json_number(obj, "elapsed_s"),
+                };
+                rc = push_point(t, &p, err);
+            }
+            cJSON_Delete(obj);
+        }
+        line = end ? end + 1 : data + len;
+    }
+    free(data);
+    return rc;
+}
+
+/* ----------------------------------------------------------------- saving */
+
+static int save_best(trainer *t, ac_err *err)
+{
+    t->cfg.provenance.best_val_accuracy = t->n_val > 0 ? t->state.best_metric : -1.0;
+    set_date(&t->cfg.provenance);
+    if (ac_model_dir_save(t->opt->out_dir, &t->cfg, &t->vocab, &t->model, NULL, NULL, NULL, err))
+        return ac_err_prefix(err, "saving the model to %s", t->opt->out_dir);
+    t->model_saved = 1;
+    return 0;
+}
+
+static int save_checkpoint(trainer *t, ac_err *err)
+{
+    t->cfg.provenance.best_val_accuracy = t->n_val > 0 ? t->state.best_metric : -1.0;
+    set_date(&t->cfg.provenance);
+    if (ac_model_dir_save(t->ckpt_dir, &t->cfg, &t->vocab, &t->model, t->m1, t->m2, &t->state,
+                          err))
+        return ac_err_prefix(err, "saving the checkpoint to %s", t->ckpt_dir);
+    t->ckpt_step = t->state.step;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ setup */
+
+static int split_rows(trainer *t, ac_err *err)
+{
+    const ac_train_options *o = t->opt;
+    const ac_train_config *tc = &t->cfg.training;
+    if (o->val) {
+        t->n_train = o->train->n_rows;
+        t->n_val = o->val->n_rows;
+        t->train_idx = identity_index(t->n_train);
+        t->val_idx = identity_index(t->n_val);
+        if (!t->train_idx || !t->val_idx)
+            return ac_err_set(err, "out of memory");
+        return 0;
+    }
+    if (tc->val_split > 0) {
+        if (ac_split_stratified(o->train->labels, o->train->n_rows, tc->val_split,
+                                ac_rng_key(tc->seed, STREAM_SPLIT), &t->train_idx, &t->n_train,
+                                &t->val_idx, &t->n_val, err))
+            return ac_err_prefix(err, "validation split");
+    } else {
+        t->n_train = o->train->n_rows;
+        t->n_val = 0;
+        t->train_idx = identity_index(t->n_train);
+        if (!t->train_idx)
+            return ac_err_set(err, "out of memory");
+    }
+    if (t->n_train <= 0)
+        return ac_err_set(err, "no training rows left after the validation split (%.3g of %lld rows)",
+                          tc->val_split, (long long)o->train->n_rows);
+    return 0;
+}
+
+static int encode_corpora(trainer *t, ac_err *err)
+{
+    const ac_train_options *o = t->opt;
+    int max_len = t->cfg.model.max_len;
+    if (ac_corpus_encode(&t->train_corpus, o->train, &t->cfg.tokenizer, &t->vocab, max_len, err))
+        return ac_err_prefix(err, "encoding the training data");
+    t->have_train_corpus = 1;
+    t->val_src = &t->train_corpus;
+    if (o->val) {
+        if (ac_corpus_encode(&t->val_corpus, o->val, &t->cfg.tokenizer, &t->vocab, max_len, err))
+            return ac_err_prefix(err, "encoding the validation data");
+        t->have_val_corpus = 1;
+        t->val_src = &t->val_corpus;
+    }
+    return 0;
+}
+
+/* Checks the memory need against the machine before allocating: with
+ * overcommit, malloc would succeed and the process be killed later. */
+static int allocate_training_memory(trainer *t, ac_err *err)
+{
+    const ac_model_config *mc = &t->cfg.model;
+    int B = t->cfg.training.batch_size, T = mc->max_len;
+    size_t act = ac_model_activation_bytes(mc, B, T);
+    size_t params = t->model.n_params * sizeof(float) * 4; /* weights, grads, 2 moments */
+    size_t batch = (size_t)B * (size_t)T * sizeof(int32_t) + (size_t)B * 16;
+    t->memory_bytes = act + params + batch;
+    const double mib = 1024.0 * 1024.0;
+    long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
+    if (pages > 0 && page_size > 0 &&
+        (double)t->memory_bytes > (double)pages * (double)page_size)
+        return ac_err_set(err,
+                          "training needs about %.0f MiB (activations for batch %d x %d tokens: "
+                          "%.0f MiB; weights, gradients and AdamW moments: %.0f MiB) but the "
+                          "machine has %.0f MiB; lower --batch-size or --max-len",
+                          (double)t->memory_bytes / mib, B, T, (double)act / mib,
+                          (double)params / mib, (double)pages * (double)page_size / mib);
+    if (ac_model_alloc_activations(&t->model, B, T, err))
+        return ac_err_prefix(err,
+                             "allocating %.0f MiB of activations for batch %d x %d tokens "
+                             "(lower --batch-size or --max-len)",
+                             (double)act / mib, B, T);
+    t->m1 = calloc(t->model.n_params, sizeof(float));
+    t->m2 = calloc(t->model.n_params, sizeof(float));
+    t->batch.ids = malloc((size_t)B * (size_t)T * sizeof(int32_t));
+    t->batch.lengths = malloc((size_t)B * sizeof(int32_t));
+    t->batch.labels = malloc((size_t)B * sizeof(int32_t));
+    t->batch.rows = malloc((size_t)B * sizeof(int64_t));
+    if (!t->m1 || !t->m2 || !t->batch.ids || !t->batch.lengths || !t->batch.labels ||
+        !t->batch.rows)
+        return ac_err_set(err, "out of memory allocating %.0f MiB for the optimizer state",
+                          (double)params / mib / 2);
+    return 0;
+}
+
+/* The configuration must survive its own file format, or the checkpoint
+ * could not be resumed: write it as config.json text and read it back. */
+static int check_config_roundtrip(const ac_config *cfg, ac_err *err)
+{
+    char *json = ac_config_to_json(cfg);
+    if (!json)
+        return ac_err_set(err, "out of memory");
+    ac_config back;
+    ac_config_defaults(&back);
+    int rc = ac_config_parse(&back, json, strlen(json), "configuration", 1, err);
+    ac_config_free(&back);
+    free(json);
+    return rc;
+}
+
+static int setup_fresh(trainer *t, ac_err *err)
+{
+    const ac_train_options *o = t->opt;
+    if (!o->config)
+        return ac_err_set(err, "no configuration given");
+    t->cfg = *o->config;
+    t->cfg.labels = NULL;
+    t->cfg.n_labels = 0;
+    t->have_cfg = 1;
+    if (set_labels(&t->cfg, o->train, err))
+        return -1;
+    if (split_rows(t, err))
+        return -1;
+
+    const ac_train_config *tc = &t->cfg.training;
+    if (ac_vocab_build(&t->vocab, o->train, t->train_idx, t->n_train, &t->cfg.tokenizer,
+                       tc->vocab_max, tc->min_count, t->cfg.model.pooling == AC_POOL_CLS, err))
+        return ac_err_prefix(err, "building the vocabulary");
+    t->have_vocab = 1;
+    t->cfg.model.vocab_size = t->vocab.size;
+    t->cfg.model.n_classes = o->train->n_classes;
+    if (ac_model_config_validate(&t->cfg.model, err))
+        return ac_err_prefix(err, "model configuration");
+    if (encode_corpora(t, err))
+        return -1;
+    if (ac_model_create(&t->model, &t->cfg.model, err))
+        return ac_err_prefix(err, "creating the model");
+    t->have_model = 1;
+    ac_model_init_weights(&t->model, ac_rng_key(tc->seed, STREAM_INIT));
+    if (allocate_training_memory(t, err))
+        return -1;
+
+    ac_provenance *pv = &t->cfg.provenance;
+    memset(pv, 0, sizeof *pv);
+    snprintf(pv->version, sizeof pv->version, "%s", AC_VERSION);
+    if (o->train_path) {
+        if (copy_string(pv->train_file, sizeof pv->train_file, o->train_path, "training file path",
+                        err))
+            return -1;
+        if (ac_sha256_file(o->train_path, pv->train_sha256, err))
+            return -1;
+    }
+    pv->rows_used = t->n_train;
+    pv->best_val_accuracy = -1.0;
+
+    t->state = (ac_trainer_state){.seed = tc->seed, .best_metric = -1.0, .best_step = -1};
+    return 0;
+}
+
+static int setup_resume(trainer *t, ac_err *err)
+{
+    const ac_train_options *o = t->opt;
+    char *state_path = path_join(t->ckpt_dir, "trainer_state.json", err);
+    if (!state_path)
+        return -1;
+    int missing = access(state_path, F_OK) != 0;
+    free(state_path);
+    if (missing)
+        return ac_err_set(err, "%s holds no resumable checkpoint (%s/trainer_state.json not found)",
+                          o->out_dir, t->ckpt_dir);
+
+    ac_model_dir md;
+    memset(&md, 0, sizeof md);
+    if (ac_model_dir_load(&md, t->ckpt_dir, err))
+        return ac_err_prefix(err, "resume");
+    /* Take ownership of the loaded parts; they are freed one by one. */
+    t->cfg = md.config;
+    t->have_cfg = 1;
+    t->vocab = md.vocab;
+    t->have_vocab = 1;
+    t->model = md.model;
+    t->have_model = 1;
+
+    if (!classes_match(o->train, t->cfg.labels, t->cfg.n_labels))
+        return ac_err_set(err, "resume: the training file's classes differ from the checkpoint's "
+                               "(%d in the file, %d in %s/config.json)",
+                          o->train->n_classes, t->cfg.n_labels, t->ckpt_dir);
+    const ac_provenance *pv = &t->cfg.provenance;
+    if (o->train_path && pv->train_sha256[0]) {
+        char sha[65];
+        if (ac_sha256_file(o->train_path, sha, err))
+            return -1;
+        if (strcmp(sha, pv->train_sha256) != 0)
+            return ac_err_set(err, "resume: %s is not the file the run was started with "
+                                   "(SHA-256 differs from %s/config.json)",
+                              o->train_path, t->ckpt_dir);
+    }
+    if (split_rows(t, err))
+        return -1;
+    if (encode_corpora(t, err))
+        return -1;
+    if (allocate_training_memory(t, err))
+        return -1;
+    if (ac_model_dir_load_resume(t->ckpt_dir, &t->model, t->m1, t->m2, &t->state, err))
+        return ac_err_prefix(err, "resume");
+    if (t->state.seed != t->cfg.training.seed)
+        return ac_err_set(err, "resume: %s/trainer_state.json: seed differs from config.json",
+                          t->ckpt_dir);
+    t->ckpt_step = t->state.step;
+    return 0;
+}
+
+static int setup(trainer *t, ac_err *err)
+{
+    const ac_train_options *o = t->opt;
+    if (!o->train || !o->out_dir)
+        return ac_err_set(err, "training data and output directory are required");
+    if (check_labelled(o->train, "the training data", err))
+        return -1;
+    if (o->val) {
+        if (check_labelled(o->val, "the validation data", err))
+            return -1;
+        if (!classes_match(o->val, o->train->classes, o->train->n_classes))
+            return ac_err_set(err, "the validation data's classes differ from the training data's");
+    }
+    if (!(t->ckpt_dir = path_join(o->out_dir, AC_CHECKPOINT_SUBDIR, err)) ||
+        !(t->metrics_path = path_join(o->out_dir, AC_METRICS_FILE, err)) ||
+        !(t->svg_path = path_join(o->out_dir, AC_CURVES_FILE, err)))
+        return -1;
+    if (ac_mkdir_p(o->out_dir, err))
+        return -1;
+    if (o->resume ? setup_resume(t, err) : setup_fresh(t, err))
+        return -1;
+
+    /* Batches per epoch from this epoch's plan (the count is the same every epoch). */
+    const ac_train_config *tc = &t->cfg.training;
+    if (tc->epochs < 1 || tc->batch_size < 1)
+        return ac_err_set(err, "training.epochs and training.batch_size must be at least 1");
+    int first_epoch = t->state.epoch < tc->epochs ? t->state.epoch : 0;
+    if (ac_batch_plan_make(&t->plan, &t->train_corpus, t->train_idx, t->n_train, tc->batch_size, 1,
+                           ac_rng_key(ac_rng_key(tc->seed, STREAM_SHUFFLE), (uint64_t)first_epoch),
+                           err))
+        return ac_err_prefix(err, "batching");
+    t->plan_epoch = first_epoch;
+    t->batches_per_epoch = (long)t->plan.n_batches;
+    if (t->batches_per_epoch <= 0)
+        return ac_err_set(err, "no training batches");
+    t->total_steps = (long)tc->epochs * t->batches_per_epoch;
+    if (t->n_val > 0) {
+        if (ac_batch_plan_make(&t->val_plan, t->val_src, t->val_idx, t->n_val, tc->batch_size, 0,
+                               0, err))
+            return ac_err_prefix(err, "batching the validation rows");
+        t->have_val_plan = 1;
+    }
+
+    /* config.json stores warmup as a fraction of all steps: a warmup given in
+     * steps becomes the fraction that rounds back to it, so that a resumed
+     * run computes the same schedule. */
+    if (!o->resume && tc->optim.warmup_steps >= 0) {
+        double frac = (double)tc->optim.warmup_steps / (double)t->total_steps;
+        t->cfg.training.warmup_frac = frac < 1.0 ? frac : 1.0;
+        t->cfg.training.optim.warmup_steps = -1;
+    }
+    t->optim = tc->optim;
+    t->optim.total_steps = t->total_steps;
+    t->optim.warmup_steps = (long)llround(tc->warmup_frac * (double)t->total_steps);
+    if (!o->resume && check_config_roundtrip(&t->cfg, err))
+        return -1;
+    if (o->resume) {
+        /* The checkpoint must continue the same schedule over the same batches. */
+        long saved_total = tc->optim.total_steps;
+        if (saved_total > 0 && saved_total != t->total_steps)
+            return ac_err_set(err, "resume: the data gives %ld steps in all but the checkpoint "
+                                   "was made for %ld (different data or batch size?)",
+                              t->total_steps, saved_total);
+        if (t->state.step != (long)t->state.epoch * t->batches_per_epoch +
+                                 (long)t->state.batch_in_epoch ||
+            t->state.batch_in_epoch < 0 || t->state.batch_in_epoch >= t->batches_per_epoch ||
+            t->state.epoch < 0 || t->state.epoch > tc->epochs)
+            return ac_err_set(err, "resume: %s/trainer_state.json (step %ld, epoch %d, batch %lld) "
+                                   "does not fit %ld batches per epoch",
+                              t->ckpt_dir, t->state.step, t->state.epoch,
+                              (long long)t->state.batch_in_epoch, t->batches_per_epoch);
+    }
+    t->cfg.training.optim.total_steps = t->total_steps;
+
+    long max_steps = o->max_steps;
+    t->stop_step = max_steps > 0 && max_steps < t->total_steps ? max_steps : t->total_steps;
+
+    if (o->resume) {
+        if (load_metrics_until(t, t->state.step, err))
+            return -1;
+        if (t->n_points > 0 && isfinite(t->points[t->n_points - 1].elapsed_s))
+            t->elapsed_base = t->points[t->n_points - 1].elapsed_s;
+        if (write_metrics_and_curves(t, err))
+            return -1;
+        char *model_path = path_join(o->out_dir, "model.safetensors", err);
+        if (!model_path)
+            return -1;
+        t->model_saved = access(model_path, F_OK) == 0;
+        free(model_path);
+        if (o->train_path) /* the data may have moved: record where it is now */
+            return write_sources(t, err);
+        return 0;
+    }
+    if (ac_mkdir_p(t->ckpt_dir, err) || write_sources(t, err))
+        return -1;
+    /* A fresh run starts a fresh log. */
+    unlink(t->svg_path);
+    return ac_write_file_atomic(t->metrics_path, "", 0, err);
+}
+
+static void trainer_free(trainer *t)
+{
+    if (t->have_val_plan)
+        ac_batch_plan_free(&t->val_plan);
+    if (t->plan_epoch >= 0)
+        ac_batch_plan_free(&t->plan);
+    if (t->have_val_corpus)
+        ac_corpus_free(&t->val_corpus);
+    if (t->have_train_corpus)
+        ac_corpus_free(&t->train_corpus);
+    if (t->have_model)
+        ac_model_free(&t->model);
+    if (t->have_vocab)
+        ac_vocab_free(&t->vocab);
+    if (t->have_cfg)
+        ac_config_free(&t->cfg);
+    free(t->train_idx);
+    free(t->val_idx);
+    free(t->m1);
+    free(t->m2);
+    free(t->batch.ids);
+    free(t->batch.lengths);
+    free(t->batch.labels);
+    free(t->batch.rows);
+    free(t->points);
+    free(t->ckpt_dir);
+    free(t->metrics_path);
+    free(t->svg_path);
+}
+
+/* --------------------------------------------------------------- the loop */
+
+typedef struct {
+    double t0;                 /* session start */
+    double train_time;         /* seconds inside training steps */
+    long steps;                /* steps in this session */
+    double examples, tokens;   /* in this session */
+    double tokens_since_eval, time_since_eval;
+    double last_loss, last_lr;
+} session_stats;
+
+static void fill_progress(const trainer *t, const session_stats *s, ac_train_event_kind kind,
+                          ac_train_progress *p)
+{
+    memset(p, 0, sizeof *p);
+    double now = now_s();
+    p->kind = kind;
+    p->epochs = t->cfg.training.epochs;
+    p->step = t->state.step;
+    p->epoch = t->state.step > 0 ? (int)((t->state.step - 1) / t->batches_per_epoch) : 0;
+    p->total_steps = t->total_steps;
+    p->stop_step = t->stop_step;
+    p->epoch_progress = (double)t->state.step / (double)t->batches_per_epoch;
+    p->examples_per_s = s->train_time > 0 ? s->examples / s->train_time : 0.0;
+    p->tokens_per_s = s->train_time > 0 ? s->tokens / s->train_time : 0.0;
+    p->loss = s->last_loss;
+    p->loss_avg = t->state.train_loss_count > 0
+                      ? t->state.train_loss_sum / (double)t->state.train_loss_count
+                      : NAN;
+    p->lr = s->last_lr;
+    p->elapsed_s = t->elapsed_base + (now - s->t0);
+    p->eta_s = s->steps > 0 ? (double)(t->stop_step - t->state.step) * (now - s->t0) /
+                                  (double)s->steps
+                            : NAN;
+    p->val_loss = p->val_accuracy = NAN;
+    p->best_val_accuracy = t->n_val > 0 ? t->state.best_metric : -1.0;
+    p->best_step = t->state.best_step;
+    p->bad_evals = t->state.bad_evals;
+    p->n_train = t->n_train;
+    p->n_val = t->n_val;
+    p->vocab_size = t->vocab.size;
+    p->n_params = t->model.n_params;
+    p->memory_bytes = t->memory_bytes;
+    p->batches_per_epoch = t->batches_per_epoch;
+    p->resumed = t->opt->resume;
+    p->n_train_tokens = t->train_corpus.n_tokens;
+    p->n_unk_tokens = t->train_corpus.n_unk;
+    p->n_truncated = t->train_corpus.n_truncated;
+}
+
+static void report(const trainer *t, const ac_train_progress *p)
+{
+    if (t->opt->progress)
+        t->opt->progress(p, t->opt->progress_user);
+}
+
+static int non_finite_error(const trainer *t, long step, const char *what, double v, ac_err *err)
+{
+    char where[160];
+    if (t->ckpt_step >= 0)
+        snprintf(where, sizeof where, "the checkpoint of step %ld is intact", t->ckpt_step);
+    else
+        snprintf(where, sizeof where, "no checkpoint was saved yet");
+    return ac_err_set(err, "step %ld: %s is %s (learning rate too high?); training stopped, %s",
+                      step, what, isnan(v) ? "NaN" : "infinite", where);
+}
+
+/* One optimizer step on batch state.batch_in_epoch of the current plan. Allocates nothing. */
+static int train_step(trainer *t, session_stats *s, ac_err *err)
+{
+    ac_model *m = &t->model;
+    ac_batch *b = &t->batch;
+    double t_start = now_s();
+    ac_batch_fill(b, &t->train_corpus, &t->plan, t->state.batch_in_epoch);
+    uint64_t dropout_key = ac_rng_key(ac_rng_key(t->cfg.training.seed, STREAM_DROPOUT),
+                                      (uint64_t)t->state.step);
+    float loss = ac_model_forward(m, b->ids, b->lengths, b->labels, b->B, b->T, 1, dropout_key);
+    if (!isfinite(loss))
+        return non_finite_error(t, t->state.step + 1, "the training loss", loss, err);
+    ac_model_zero_grad(m);
+    ac_model_backward(m);
+    float norm = ac_clip_grad_norm(m->grads, m->n_params, t->optim.clip_norm);
+    if (!isfinite(norm))
+        return non_finite_error(t, t->state.step + 1, "the gradient norm", norm, err);
+    float lr = ac_lr_at(&t->optim, t->state.step);
+    ac_adamw_step(m, m->params, m->grads, t->m1, t->m2, &t->optim, lr, t->state.step + 1);
+
+    t->state.step++;
+    t->state.batch_in_epoch++;
+    if (t->state.batch_in_epoch >= t->batches_per_epoch) {
+        t->state.epoch++;
+        t->state.batch_in_epoch = 0;
+    }
+    t->state.train_loss_sum += loss;
+    t->state.train_loss_count++;
+
+    long tokens = 0;
+    for (int i = 0; i < b->B; i++)
+        tokens += b->lengths[i];
+    double dt = now_s() - t_start;
+    s->train_time += dt;
+    s->time_since_eval += dt;
+    s->steps++;
+    s->examples += b->B;
+    s->tokens += (double)tokens;
+    s->tokens_since_eval += (double)tokens;
+    s->last_loss = loss;
+    s->last_lr = lr;
+    return 0;
+}
+
+/* Validation loss and accuracy, batches in file order, no dropout. */
+static int evaluate(trainer *t, double *val_loss, double *val_accuracy, ac_err *err)
+{
+    ac_model *m = &t->model;
+    ac_batch *b = &t->batch;
+    int C = t->cfg.model.n_classes;
+    double loss_sum = 0;
+    int64_t correct = 0, seen = 0;
+    for (int64_t i = 0; i < t->val_plan.n_batches; i++) {
+        ac_batch_fill(b, t->val_src, &t->val_plan, i);
+        float loss = ac_model_forward(m, b->ids, b->lengths, b->labels, b->B, b->T, 0, 0);
+        if (!isfinite(loss))
+            return non_finite_error(t, t->state.step, "the validation loss", loss, err);
+        loss_sum += (double)loss * b->B;
+        for (int r = 0; r < b->B; r++) {
+            const float *logits = m->act.logits + (size_t)r * (size_t)C;
+            int best = 0;
+            for (int c = 1; c < C; c++)
+                if (logits[c] > logits[best])
+                    best = c;
+            correct += best == b->labels[r];
+        }
+        seen += b->B;
+    }
+    *val_loss = seen ? loss_sum / (double)seen : NAN;
+    *val_accuracy = seen ? (double)correct / (double)seen : NAN;
+    return 0;
+}
+
+/* Evaluation and everything that follows it: metrics line, curves, best
+ * model, resumable checkpoint. The order matters for crashes: the metrics
+ * line first (dropped on resume if the checkpoint did not follow), then the
+ * best model, then the checkpoint that records it as best. */
+static int evaluate_and_save(trainer *t, session_stats *s, ac_train_result *res, ac_err *err)
+{
+    double val_loss = NAN, val_accuracy = NAN;
+    if (t->n_val > 0 && evaluate(t, &val_loss, &val_accuracy, err))
+        return -1;
+    ac_trainer_state *st = &t->state;
+    ac_metric_point p = {
+        .step = st->step,
+        .epoch = (double)st->step / (double)t->batches_per_epoch,
+        .train_loss = st->train_loss_count > 0 ? st->train_loss_sum / (double)st->train_loss_count
+                                               : NAN,
+        .val_loss = val_loss,
+        .val_accuracy = val_accuracy,
+        .lr = s->last_lr,
+        .tokens_per_s = s->time_since_eval > 0 ? s->tokens_since_eval / s->time_since_eval : NAN,
+        .elapsed_s = t->elapsed_base + (now_s() - s->t0),
+    };
+    int improved;
+    if (t->n_val > 0) {
+        improved = val_accuracy > st->best_metric;
+        if (improved) {
+            st->best_metric = val_accuracy;
+            st->best_step = st->step;
+            st->bad_evals = 0;
+        } else {
+            st->bad_evals++;
+        }
+    } else {
+        improved = 1; /* nothing to compare: the latest model is the model */
+        st->best_step = st->step;
+    }
+    if (push_point(t, &p, err) || write_metrics_and_curves(t, err))
+        return -1;
+    if (improved && save_best(t, err))
+        return -1;
+    st->train_loss_sum = 0;
+    st->train_loss_count = 0;
+    if (save_checkpoint(t, err))
+        return -1;
+    s->tokens_since_eval = 0;
+    s->time_since_eval = 0;
+    res->n_evals++;
+    res->last_val_loss = val_loss;
+    res->last_val_accuracy = val_accuracy;
+
+    ac_train_progress ev;
+    fill_progress(t, s, AC_TRAIN_EVENT_EVAL, &ev);
+    ev.loss = p.train_loss;
+    ev.val_loss = val_loss;
+    ev.val_accuracy = val_accuracy;
+    ev.improved = improved;
+    ev.tokens_per_s = p.tokens_per_s;
+    report(t, &ev);
+    return 0;
+}
+
+static int run(trainer *t, ac_train_result *res, ac_err *err)
+{
+    const ac_train_options *o = t->opt;
+    const ac_train_config *tc = &t->cfg.training;
+    session_stats s = {.t0 = now_s(), .last_loss = NAN, .last_lr = NAN};
+    ac_train_progress ev;
+    fill_progress(t, &s, AC_TRAIN_EVENT_BEGIN, &ev);
+    report(t, &ev);
+
+    for (;;) {
+        if (t->state.epoch >= tc->epochs) {
+            res->status = AC_TRAIN_FINISHED;
+            break;
+        }
+        if (t->n_val > 0 && tc->patience > 0 && t->state.bad_evals >= tc->patience) {
+            res->status = AC_TRAIN_EARLY_STOPPED;
+            break;
+        }
+        if (o->max_steps > 0 && t->state.step >= o->max_steps) {
+            res->status = AC_TRAIN_MAX_STEPS;
+            break;
+        }
+        if (o->stop && *o->stop) {
+            if (t->ckpt_step != t->state.step && save_checkpoint(t, err))
+                return -1;
+            res->status = AC_TRAIN_INTERRUPTED;
+            break;
+        }
+        if (t->plan_epoch != t->state.epoch) {
+            ac_batch_plan_free(&t->plan);
+            t->plan_epoch = -1;
+            uint64_t key = ac_rng_key(ac_rng_key(tc->seed, STREAM_SHUFFLE), (uint64_t)t->state.epoch);
+            if (ac_batch_plan_make(&t->plan, &t->train_corpus, t->train_idx, t->n_train,
+                                   tc->batch_size, 1, key, err))
+                return ac_err_prefix(err, "batching epoch %d", t->state.epoch + 1);
+            t->plan_epoch = t->state.epoch;
+            if ((long)t->plan.n_batches != t->batches_per_epoch)
+                return ac_err_set(err, "internal error: epoch %d has %lld batches, not %ld",
+                                  t->state.epoch + 1, (long long)t->plan.n_batches,
+                                  t->batches_per_epoch);
+        }
+
+        int epoch_before = t->state.epoch;
+        res->step = t->state.step;
+        if (train_step(t, &s, err))
+            return -1;
+        res->step = t->state.step;
+        if (o->after_step)
+            o->after_step(&t->model, t->state.step, o->after_step_user);
+        fill_progress(t, &s, AC_TRAIN_EVENT_STEP, &ev);
+        report(t, &ev);
+
+        int epoch_ended = t->state.epoch != epoch_before;
+        int due = tc->eval_every > 0 ? t->state.step % tc->eval_every == 0 : epoch_ended;
+        /* The run's last step is always evaluated, so its model is kept. */
+        if (t->state.epoch >= tc->epochs || (o->max_steps > 0 && t->state.step >= o->max_steps))
+            due = 1;
+        if (due && evaluate_and_save(t, &s, res, err))
+            return -1;
+    }
+    return 0;
+}
+
+int ac_train(const ac_train_options *opt, ac_train_result *result, ac_err *err)
+{
+    ac_train_result local;
+    ac_train_result *res = result ? result : &local;
+    memset(res, 0, sizeof *res);
+    res->best_val_accuracy = -1.0;
+    res->best_step = -1;
+    res->last_val_loss = res->last_val_accuracy = NAN;
+
+    trainer t;
+    memset(&t, 0, sizeof t);
+    t.opt = opt;
+    t.plan_epoch = -1;
+    t.ckpt_step = -1;
+    int rc = setup(&t, err);
+    if (rc == 0) {
+        res->step = t.state.step;
+        rc = run(&t, res, err);
+    }
+    res->step = t.state.step;
+    res->total_steps = t.total_steps;
+    res->epoch = t.state.epoch;
+    if (t.n_val > 0 && t.state.best_step >= 0) {
+        res->best_val_accuracy = t.state.best_metric;
+        res->best_step = t.state.best_step;
+    } else if (t.n_val == 0) {
+        res->best_step = t.state.best_step;
+    }
+    res->model_saved = t.model_saved;
+    trainer_free(&t);
+    return rc;
+}

@@ -1,0 +1,742 @@
+/* The training loop: exact resume, thread-count determinism, early stopping,
+ * NaN handling, metrics.jsonl and training.svg, and the CLI end to end.
+ * Tiny models on tests/data/train_tiny.csv (42 rows, 2 classes). */
+#include <check.h>
+#include <cjson/cJSON.h>
+#include <ftw.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "attnctl/io.h"
+#include "attnctl/model.h"
+#include "attnctl/text.h"
+#include "attnctl/train.h"
+
+#define TINY_CSV "tests/data/train_tiny.csv"
+
+/* ------------------------------------------------------------ helpers */
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void rm_rf(const char *dir)
+{
+    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static char *make_temp_dir(void)
+{
+    char *tmpl = strdup("/tmp/attnctl_test_train_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmpl));
+    return tmpl;
+}
+
+static char *join(const char *a, const char *b)
+{
+    char *p = NULL;
+    ck_assert_int_ge(asprintf(&p, "%s/%s", a, b), 0);
+    return p;
+}
+
+static void tiny_config(ac_config *c)
+{
+    ac_config_defaults(c);
+    c->model.max_len = 24;
+    c->model.d_model = 16;
+    c->model.n_heads = 2;
+    c->model.d_ff = 32;
+    c->model.n_layers = 1;
+    c->model.dropout = 0.1f;
+    c->model.pooling = AC_POOL_MEAN;
+    c->training.epochs = 3;
+    c->training.batch_size = 4;
+    c->training.optim.lr = 3e-3f;
+    c->training.val_split = 0.25;
+    c->training.patience = 0;
+    c->training.eval_every = 0;
+    c->training.vocab_max = 200;
+    c->training.min_count = 1;
+    c->training.seed = 7;
+}
+
+static void read_tiny(ac_rawdata *raw)
+{
+    ac_read_options ro = {.need_label = 1};
+    ac_err err = {{0}};
+    int rc = ac_rawdata_read(raw, TINY_CSV, &ro, &err);
+    ck_assert_msg(rc == 0, "reading %s: %s", TINY_CSV, err.msg);
+    ck_assert_int_eq(raw->n_classes, 2);
+}
+
+typedef struct {
+    volatile sig_atomic_t stop;
+    long stop_at_step; /* set stop after this step (0: never) */
+    int n_steps, n_evals, n_begin;
+    long last_step;
+} watcher;
+
+static void watch(const ac_train_progress *p, void *user)
+{
+    watcher *w = user;
+    switch (p->kind) {
+    case AC_TRAIN_EVENT_BEGIN: w->n_begin++; break;
+    case AC_TRAIN_EVENT_STEP:
+        w->n_steps++;
+        ck_assert_int_gt(p->step, w->last_step);
+        w->last_step = p->step;
+        if (w->stop_at_step > 0 && p->step == w->stop_at_step)
+            w->stop = SIGINT;
+        break;
+    case AC_TRAIN_EVENT_EVAL: w->n_evals++; break;
+    }
+}
+
+/* One call of ac_train; returns its rc and fills *res and *w. */
+static int train_once(const ac_config *cfg, const ac_rawdata *train, const ac_rawdata *val,
+                      const char *dir, int resume, long max_steps, long stop_at, watcher *w,
+                      ac_train_result *res, ac_err *err)
+{
+    memset(w, 0, sizeof *w);
+    w->stop_at_step = stop_at;
+    ac_train_options o = {
+        .config = resume ? NULL : cfg,
+        .train = train,
+        .val = val,
+        .out_dir = dir,
+        .resume = resume,
+        .max_steps = max_steps,
+        .stop = &w->stop,
+        .progress = watch,
+        .progress_user = w,
+    };
+    return ac_train(&o, res, err);
+}
+
+static void train_ok(const ac_config *cfg, const ac_rawdata *train, const char *dir, int resume,
+                     long max_steps, long stop_at, ac_train_result *res)
+{
+    watcher w;
+    ac_err err = {{0}};
+    int rc = train_once(cfg, train, NULL, dir, resume, max_steps, stop_at, &w, res, &err);
+    ck_assert_msg(rc == 0, "ac_train(%s, resume=%d): %s", dir, resume, err.msg);
+    ck_assert_int_eq(w.n_evals, res->n_evals);
+}
+
+static void load_dir(ac_model_dir *md, const char *dir)
+{
+    ac_err err = {{0}};
+    int rc = ac_model_dir_load(md, dir, &err);
+    ck_assert_msg(rc == 0, "loading %s: %s", dir, err.msg);
+}
+
+/* Parameters (and, for checkpoints, AdamW moments and state) are bitwise equal. */
+static void assert_same_weights(const char *dir_a, const char *dir_b, int with_moments)
+{
+    ac_model_dir a, b;
+    load_dir(&a, dir_a);
+    load_dir(&b, dir_b);
+    ck_assert_uint_eq(a.model.n_params, b.model.n_params);
+    size_t bytes = a.model.n_params * sizeof(float);
+    ck_assert_msg(memcmp(a.model.params, b.model.params, bytes) == 0,
+                  "weights in %s and %s differ", dir_a, dir_b);
+    if (with_moments) {
+        float *m1a = malloc(bytes), *m2a = malloc(bytes), *m1b = malloc(bytes), *m2b = malloc(bytes);
+        ac_trainer_state sa, sb;
+        ac_err err = {{0}};
+        ck_assert_msg(ac_model_dir_load_resume(dir_a, &a.model, m1a, m2a, &sa, &err) == 0, "%s",
+                      err.msg);
+        ck_assert_msg(ac_model_dir_load_resume(dir_b, &b.model, m1b, m2b, &sb, &err) == 0, "%s",
+                      err.msg);
+        ck_assert_msg(memcmp(m1a, m1b, bytes) == 0 && memcmp(m2a, m2b, bytes) == 0,
+                      "AdamW moments in %s and %s differ", dir_a, dir_b);
+        ck_assert_int_eq(sa.step, sb.step);
+        ck_assert_int_eq(sa.epoch, sb.epoch);
+        ck_assert_int_eq(sa.batch_in_epoch, sb.batch_in_epoch);
+        ck_assert_int_eq(sa.best_step, sb.best_step);
+        ck_assert(sa.best_metric == sb.best_metric);
+        free(m1a);
+        free(m2a);
+        free(m1b);
+        free(m2b);
+    }
+    ac_model_dir_free(&a);
+    ac_model_dir_free(&b);
+}
+
+typedef struct {
+    int n;
+    long step[256];
+    double val_accuracy[256];
+} metrics_log;
+
+/* Parses DIR/metrics.jsonl, asserting that every line is a complete record. */
+static void read_metrics(const char *dir, metrics_log *log)
+{
+    char *path = join(dir, AC_METRICS_FILE);
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "%s missing", path);
+    static const char *const keys[] = {"step", "epoch", "train_loss", "val_loss", "val_accuracy",
+                                       "lr", "tokens_per_s", "elapsed_s"};
+    char line[4096];
+    memset(log, 0, sizeof *log);
+    while (fgets(line, sizeof line, f)) {
+        ck_assert_msg(strchr(line, '\n') != NULL, "%s: line %d not terminated", path, log->n + 1);
+        cJSON *obj = cJSON_Parse(line);
+        ck_assert_msg(cJSON_IsObject(obj), "%s: line %d is not a JSON object: %s", path,
+                      log->n + 1, line);
+        for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
+            ck_assert_msg(cJSON_GetObjectItemCaseSensitive(obj, keys[k]) != NULL,
+                          "%s: line %d lacks %s", path, log->n + 1, keys[k]);
+        cJSON *step = cJSON_GetObjectItemCaseSensitive(obj, "step");
+        cJSON *acc = cJSON_GetObjectItemCaseSensitive(obj, "val_accuracy");
+        cJSON *loss = cJSON_GetObjectItemCaseSensitive(obj, "train_loss");
+        ck_assert(cJSON_IsNumber(step) && cJSON_IsNumber(loss));
+        ck_assert(isfinite(loss->valuedouble) && loss->valuedouble > 0);
+        ck_assert_int_lt(log->n, 256);
+        log->step[log->n] = (long)step->valuedouble;
+        log->val_accuracy[log->n] = cJSON_IsNumber(acc) ? acc->valuedouble : NAN;
+        if (log->n > 0)
+            ck_assert_int_gt(log->step[log->n], log->step[log->n - 1]);
+        log->n++;
+        cJSON_Delete(obj);
+    }
+    fclose(f);
+    free(path);
+}
+
+static char *read_bytes(const char *path, size_t *len_out)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "%s missing", path);
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    size_t got;
+    while ((got = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+        len += got;
+        if (cap - len - 1 == 0) {
+            cap *= 2;
+            buf = realloc(buf, cap);
+        }
+    }
+    fclose(f);
+    buf[len] = '\0';
+    *len_out = len;
+    return buf;
+}
+
+static char *read_text(const char *path)
+{
+    size_t len;
+    return read_bytes(path, &len);
+}
+
+static int count_substr(const char *s, const char *needle)
+{
+    int n = 0;
+    for (const char *p = strstr(s, needle); p; p = strstr(p + 1, needle))
+        n++;
+    return n;
+}
+
+/* ------------------------------------------------------------- tests */
+
+/* N steps, SIGINT-style stop, resume to N+M == N+M in one go, bitwise
+ * (weights, AdamW moments, state), including the best model and the log. */
+START_TEST(test_resume_after_interrupt_is_bitwise)
+{
+    ac_rawdata raw;
+    read_tiny(&raw);
+    ac_config cfg;
+    tiny_config(&cfg);
+    cfg.training.eval_every = 5;
+    char *a = make_temp_dir(), *b = make_temp_dir();
+    ac_train_result ra, rb;
+
+    train_ok(&cfg, &raw, a, 0, 13, 0, &ra);
+    ck_assert_int_eq(ra.status, AC_TRAIN_MAX_STEPS);
+    ck_assert_int_eq(ra.step, 13);
+    ck_assert_int_eq(ra.total_steps, 24); /* 32 training rows / 4 x 3 epochs */
+
+    train_ok(&cfg, &raw, b, 0, 13, 6, &rb);
+    ck_assert_int_eq(rb.status, AC_TRAIN_INTERRUPTED);
+    ck_assert_int_eq(rb.step, 6);
+    train_ok(&cfg, &raw, b, 1, 13, 0, &rb);
+    ck_assert_int_eq(rb.status, AC_TRAIN_MAX_STEPS);
+    ck_assert_int_eq(rb.step, 13);
+
+    char *ca = join(a, AC_CHECKPOINT_SUBDIR), *cb = join(b, AC_CHECKPOINT_SUBDIR);
+    assert_same_weights(ca, cb, 1);
+    assert_same_weights(a, b, 0);
+    metrics_log la, lb;
+    read_metrics(a, &la);
+    read_metrics(b, &lb);
+    ck_assert_int_eq(la.n, 3); /* steps 5, 10, 13 */
+    ck_assert_int_eq(lb.n, la.n);
+    for (int i = 0; i < la.n; i++) {
+        ck_assert_int_eq(la.step[i], lb.step[i]);
+        ck_assert(la.val_accuracy[i] == lb.val_accuracy[i]);
+    }
+    ck_assert(ra.best_val_accuracy == rb.best_val_accuracy);
+    free(ca);
+    free(cb);
+    rm_rf(a);
+    rm_rf(b);
+    free(a);
+    free(b);
+    ac_config_free(&cfg);
+    ac_rawdata_free(&raw);
+}
+END_TEST
+
+/* Stopping at --max-steps (which evaluates) and resuming to the end equals one full run. */
+START_TEST(test_resume_after_max_steps_is_bitwise)
+{
+    ac_rawdata raw;
+    read_tiny(&raw);
+    ac_config cfg;
+    tiny_config(&cfg);
+    char *a = make_temp_dir(), *b = make_temp_dir();
+    ac_train_result ra, rb;
+    train_ok(&cfg, &raw, a, 0, 0, 0, &ra);
+    ck_assert_int_eq(ra.status, AC_TRAIN_FINISHED);
+    ck_assert_int_eq(ra.step, 24);
+    ck_assert_int_eq(ra.n_evals, 3);
+
+    train_ok(&cfg, &raw, b, 0, 11, 0, &rb);
+    ck_assert_int_eq(rb.status, AC_TRAIN_MAX_STEPS);
+    ck_assert_int_eq(rb.step, 11);
+    train_ok(&cfg, &raw, b, 1, 0, 0, &rb);
+    ck_assert_int_eq(rb.status, AC_TRAIN_FINISHED);
+    ck_assert_int_eq(rb.step, 24);
+    ck_assert_int_eq(rb.epoch, 3);
+
+    char *ca = join(a, AC_CHECKPOINT_SUBDIR), *cb = join(b, AC_CHECKPOINT_SUBDIR);
+    assert_same_weights(ca, cb, 1);
+    /* A finished run resumed does nothing more. */
+    train_ok(&cfg, &raw, b, 1, 0, 0, &rb);
+    ck_assert_int_eq(rb.status, AC_TRAIN_FINISHED);
+    ck_assert_int_eq(rb.step, 24);
+    ck_assert_int_eq(rb.n_evals, 0);
+    free(ca);
+    free(cb);
+    rm_rf(a);
+    rm_rf(b);
+    free(a);
+    free(b);
+    ac_config_free(&cfg);
+    ac_rawdata_free(&raw);
+}
+END_TEST
+
+START_TEST(test_thread_count_does_not_change_weights)
+{
+    ac_rawdata raw;
+    read_tiny(&raw);
+    ac_config cfg;
+    tiny_config(&cfg);
+    cfg.training.epochs = 2;
+    cfg.model.n_layers = 2;
+    char *a = make_temp_dir(), *b = make_temp_dir();
+    ac_train_result ra, rb;
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    train_ok(&cfg, &raw, a, 0, 0, 0, &ra);
+    omp_set_num_threads(2);
+    train_ok(&cfg, &raw, b, 0, 0, 0, &rb);
+    omp_set_num_threads(saved);
+    char *ca = join(a, AC_CHECKPOINT_SUBDIR), *cb = join(b, AC_CHECKPOINT_SUBDIR);
+    assert_same_weights(ca, cb, 1);
+    ck_assert(ra.last_val_loss == rb.last_val_loss);
+    free(ca);
+    free(cb);
+    rm_rf(a);
+    rm_rf(b);
+    free(a);
+    free(b);
+    ac_config_free(&cfg);
+    ac_rawdata_free(&raw);
+}
+END_TEST
+
+/* A learning rate of 1e-9 moves no prediction, so validation accuracy never
+ * improves after the first evaluation and patience 2 stops at the third. */
+START_TEST(test_early_stop_by_patience)
+{
+    ac_rawdata raw;
+    read_tiny(&raw);
+    ac_config cfg;
+    tiny_config(&cfg);
+    cfg.training.optim.lr = 1e-9f;
+    cfg.training.eval_every = 1;
+    cfg.training.patience = 2;
+    char *dir = make_temp_dir();
+    ac_train_result r;
+    train_ok(&cfg, &raw, dir, 0, 0, 0, &r);
+    ck_assert_int_eq(r.status, AC_TRAIN_EARLY_STOPPED);
+    ck_assert_int_eq(r.step, 3);
+    ck_assert_int_eq(r.n_evals, 3);
+    ck_assert_int_eq(r.best_step, 1);
+    ck_assert(r.model_saved);
+    metrics_log log;
+    read_metrics(dir, &log);
+    ck_assert_int_eq(log.n, 3);
+    /* Resuming an early-stopped run stops again at once. */
+    train_ok(&cfg, &raw, dir, 1, 0, 0, &r);
+    ck_assert_int_eq(r.status, AC_TRAIN_EARLY_STOPPED);
+    ck_assert_int_eq(r.step, 3);
+    ck_assert_int_eq(r.n_evals, 0);
+    rm_rf(dir);
+    free(dir);
+    ac_config_free(&cfg);
+    ac_rawdata_free(&raw);
+}
+END_TEST
+
+/* Fault injection: after step `at`, one weight becomes NaN. */
+typedef struct {
+    long at;
+} poison;
+
+static void poison_weights(ac_model *m, long step, void *user)
+{
+    const poison *p = user;
+    if (step == p->at)
+        m->params[m->n_params - 1] = NAN; /* the last head bias: every logit row uses it */
+}
+
+typedef struct {
+    char *data;
+    size_t len;
+} file_copy;
+
+static file_copy snapshot(const char *path)
+{
+    file_copy c;
+    c.data = read_bytes(path, &c.len);
+    return c;
+}
+
+static void assert_file_equal(const char *path, file_copy *before)
+{
+    size_t len;
+    char *now = read_bytes(path, &len);
+    ck_assert_msg(len == before->len && memcmp(now, before->data, len) == 0, "%s changed", path);
+    free(now);
+    free(before->data);
+}
+
+/* Weights that turn NaN stop the run with an error naming the step; the
+ * checkpoint saved before is untouched and loads, with finite weights. Both
+ * detection points: the training loss (NaN after step 5, seen in step 6's
+ * forward) and the validation loss (NaN after step 4, seen by step 4's
+ * evaluation, before anything is saved). */
+START_TEST(test_nan_keeps_last_good_checkpoint)
+{
+    ac_rawdata raw;
+    read_tiny(&raw);
+    ac_config cfg;
+    tiny_config(&cfg);
+    cfg.training.eval_every = 2;
+    const long poison_after[] = {5, 4};
+    const char *expect[] = {"step 6: the training loss is NaN",
+                            "step 4: the validation loss is NaN"};
+    const long ckpt_step[] = {4, 2};
+    for (int k = 0; k < 2; k++) {
+        char *dir = make_temp_dir();
+        char *ckpt = join(dir, AC_CHECKPOINT_SUBDIR);
+        char *weights = join(ckpt, "model.safetensors");
+        char *moments = join(ckpt, "optimizer.safetensors");
+        char *state_path = join(ckpt, "trainer_state.json");
+        char *best_path = join(dir, "model.safetensors");
+        ac_train_result r;
+        /* Reference: the same run stopped (with an evaluation) where the checkpoint will be. */
+        train_ok(&cfg, &raw, dir, 0, ckpt_step[k], 0, &r);
+        file_copy weights_before = snapshot(weights), state_before = snapshot(state_path);
+        file_copy moments_before = snapshot(moments), best_before = snapshot(best_path);
+        rm_rf(dir);
+        ck_assert_int_eq(mkdir(dir, 0700), 0);
+
+        poison p = {poison_after[k]};
+        watcher w;
+        ac_err err = {{0}};
+        memset(&w, 0, sizeof w);
+        ac_train_options o = {.config = &cfg, .train = &raw, .out_dir = dir, .stop = &w.stop,
+                              .progress = watch, .progress_user = &w,
+                              .after_step = poison_weights, .after_step_user = &p};
+        int rc = ac_train(&o, &r, &err);
+        ck_assert_int_eq(rc, -1);
+        ck_assert_msg(strstr(err.msg, expect[k]) != NULL, "message: %s", err.msg);
+        char intact[64];
+        snprintf(intact, sizeof intact, "the checkpoint of step %ld is intact", ckpt_step[k]);
+        ck_assert_msg(strstr(err.msg, intact) != NULL, "message: %s", err.msg);
+
+        /* Checkpoint and best model are exactly those of step ckpt_step. */
+        assert_file_equal(weights, &weights_before);
+        assert_file_equal(moments, &moments_before);
+        assert_file_equal(state_path, &state_before);
+        assert_file_equal(best_path, &best_before);
+        ac_model_dir after;
+        load_dir(&after, ckpt);
+        for (size_t i = 0; i < after.model.n_params; i++)
+            ck_assert(isfinite(after.model.params[i]));
+        ac_model_dir_free(&after);
+        ac_trainer_state st;
+        ck_assert_msg(ac_trainer_state_load(&st, state_path, &err) == 0, "%s", err.msg);
+        ck_assert_int_eq(st.step, ckpt_step[k]);
+        /* ... and training resumes from it. */
+        train_ok(&cfg, &raw, dir, 1, ckpt_step[k] + 2, 0, &r);
+        ck_assert_int_eq(r.step, ckpt_step[k] + 2);
+
+        free(weights);
+        free(moments);
+        free(state_path);
+        free(best_path);
+        free(ckpt);
+        rm_rf(dir);
+        free(dir);
+    }
+    ac_config_free(&cfg);
+    ac_rawdata_free(&raw);
+}
+END_TEST
+
+START_TEST(test_metrics_and_curves)
+{
+    ac_rawdata raw;
+    read_tiny(&raw);
+    ac_config cfg;
+    tiny_config(&cfg);
+    cfg.training.epochs = 2;
+    cfg.training.eval_every = 3;
+    char *dir = make_temp_dir();
+    ac_train_result r;
+    train_ok(&cfg, &raw, dir, 0, 0, 0, &r);
+    ck_assert_int_eq(r.status, AC_TRAIN_FINISHED);
+    ck_assert_int_eq(r.n_evals, 6); /* 3, 6, 9, 12, 15 and the last step, 16 */
+    metrics_log log;
+    read_metrics(dir, &log);
+    ck_assert_int_eq(log.n, 6);
+    ck_assert_int_eq(log.step[0], 3);
+    ck_assert_int_eq(log.step[5], 16);
+    for (int i = 0; i < log.n; i++)
+        ck_assert(log.val_accuracy[i] >= 0 && log.val_accuracy[i] <= 1);
+
+    char *svg_path = join(dir, AC_CURVES_FILE);
+    char *svg = read_text(svg_path);
+    ck_assert_msg(strncmp(svg, "<svg", 4) == 0, "training.svg starts with %.20s", svg);
+    size_t n = strlen(svg);
+    while (n > 0 && (svg[n - 1] == '\n' || svg[n - 1] == ' '))
+        n--;
+    ck_assert(n >= 6 && memcmp(svg + n - 6, "</svg>", 6) == 0);
+    ck_assert_int_eq(count_substr(svg, "<svg"), 1);
+    ck_assert_int_eq(count_substr(svg, "<g "), count_substr(svg, "</g>"));
+    ck_assert_int_ge(count_substr(svg, "<path"), 3); /* train loss, val loss, val accuracy */
+    ck_assert_ptr_nonnull(strstr(svg, "validation accuracy"));
+
+    ac_model_dir best;
+    load_dir(&best, dir);
+    ck_assert(best.config.provenance.best_val_accuracy == r.best_val_accuracy);
+    ck_assert_int_eq(best.config.n_labels, 2);
+    ck_assert_int_eq(best.config.model.n_classes, 2);
+    ck_assert_int_eq(best.config.model.vocab_size, best.vocab.size);
+    ac_model_dir_free(&best);
+    free(svg);
+    free(svg_path);
+    rm_rf(dir);
+    free(dir);
+    ac_config_free(&cfg);
+    ac_rawdata_free(&raw);
+}
+END_TEST
+
+/* metrics.jsonl lines from after the checkpoint (as a crash would leave
+ * them) are dropped on resume, so no step appears twice. */
+START_TEST(test_resume_truncates_metrics)
+{
+    ac_rawdata raw;
+    read_tiny(&raw);
+    ac_config cfg;
+    tiny_config(&cfg);
+    cfg.training.eval_every = 3;
+    char *dir = make_temp_dir();
+    ac_train_result r;
+    train_ok(&cfg, &raw, dir, 0, 0, 7, &r);
+    ck_assert_int_eq(r.status, AC_TRAIN_INTERRUPTED);
+    ck_assert_int_eq(r.step, 7);
+    char *path = join(dir, AC_METRICS_FILE);
+    FILE *f = fopen(path, "a");
+    ck_assert_ptr_nonnull(f);
+    fputs("{\"step\": 9, \"epoch\": 1.125, \"train_loss\": 0.5, \"val_loss\": 0.5, "
+          "\"val_accuracy\": 0.123456, \"lr\": 0.001, \"tokens_per_s\": 1, \"elapsed_s\": 1}\n",
+          f);
+    fclose(f);
+    train_ok(&cfg, &raw, dir, 1, 12, 0, &r);
+    ck_assert_int_eq(r.step, 12);
+    metrics_log log;
+    read_metrics(dir, &log); /* also asserts strictly increasing steps */
+    ck_assert_int_eq(log.n, 4);
+    long want[] = {3, 6, 9, 12};
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(log.step[i], want[i]);
+    ck_assert(log.val_accuracy[2] != 0.123456);
+    free(path);
+    rm_rf(dir);
+    free(dir);
+    ac_config_free(&cfg);
+    ac_rawdata_free(&raw);
+}
+END_TEST
+
+START_TEST(test_without_validation_and_with_val_file)
+{
+    ac_rawdata raw;
+    read_tiny(&raw);
+    ac_config cfg;
+    tiny_config(&cfg);
+    cfg.training.epochs = 1;
+    cfg.training.val_split = 0;
+    cfg.training.patience = 1;
+    char *dir = make_temp_dir();
+    ac_train_result r;
+    train_ok(&cfg, &raw, dir, 0, 0, 0, &r);
+    ck_assert_int_eq(r.status, AC_TRAIN_FINISHED);
+    ck_assert_int_eq(r.step, 11); /* 42 rows / 4, rounded up */
+    ck_assert(r.model_saved);
+    ck_assert(r.best_val_accuracy < 0);
+    metrics_log log;
+    read_metrics(dir, &log);
+    ck_assert_int_eq(log.n, 1);
+    ck_assert(isnan(log.val_accuracy[0]));
+    rm_rf(dir);
+
+    /* A separate validation file (here the same rows). */
+    char *dir2 = make_temp_dir();
+    watcher w;
+    ac_err err = {{0}};
+    int rc = train_once(&cfg, &raw, &raw, dir2, 0, 0, 0, &w, &r, &err);
+    ck_assert_msg(rc == 0, "%s", err.msg);
+    ck_assert(r.best_val_accuracy >= 0 && r.best_val_accuracy <= 1);
+    ck_assert_int_eq(r.step, 11);
+    rm_rf(dir2);
+    free(dir);
+    free(dir2);
+    ac_config_free(&cfg);
+    ac_rawdata_free(&raw);
+}
+END_TEST
+
+/* ------------------------------------------------------------- CLI */
+
+static const char *attnctl_binary(void)
+{
+    const char *env = getenv("ATTNCTL");
+    const char *bin = env && *env ? env : "build/attnctl";
+    return access(bin, X_OK) == 0 ? bin : NULL;
+}
+
+static int run_status(const char *cmd)
+{
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+START_TEST(test_cli_end_to_end)
+{
+    const char *bin = attnctl_binary();
+    if (!bin) {
+        printf("SKIP test_cli_end_to_end: no attnctl binary (set ATTNCTL or build it)\n");
+        return;
+    }
+    char *dir = make_temp_dir();
+    char *out = join(dir, "model");
+    char *cmd = NULL;
+    ck_assert_int_ge(asprintf(&cmd,
+                              "%s train " TINY_CSV " --out %s --epochs 2 --d-model 16 --heads 2 "
+                              "--ff 32 --max-len 24 --batch-size 4 --threads 1 --quiet",
+                              bin, out),
+                     0);
+    ck_assert_int_eq(run_status(cmd), 0);
+    const char *files[] = {"config.json", "vocab.txt", "model.safetensors", "metrics.jsonl",
+                           "training.svg", "checkpoint/optimizer.safetensors",
+                           "checkpoint/trainer_state.json", "checkpoint/run.json"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char *p = join(out, files[i]);
+        ck_assert_msg(access(p, F_OK) == 0, "%s missing", p);
+        free(p);
+    }
+    /* Training into a directory that holds a model is refused (runtime error). */
+    char *again = NULL;
+    ck_assert_int_ge(asprintf(&again, "%s 2>/dev/null", cmd), 0);
+    ck_assert_int_eq(run_status(again), 1);
+    free(again);
+    free(cmd);
+    /* Resuming a finished run is fine and does nothing. */
+    ck_assert_int_ge(asprintf(&cmd, "%s train --resume %s --quiet", bin, out), 0);
+    ck_assert_int_eq(run_status(cmd), 0);
+    free(cmd);
+    /* Usage errors exit 2. */
+    ck_assert_int_ge(asprintf(&cmd, "%s train --bogus 2>/dev/null", bin), 0);
+    ck_assert_int_eq(run_status(cmd), 2);
+    free(cmd);
+    ck_assert_int_ge(asprintf(&cmd, "%s train " TINY_CSV " --out %s/x --lr -1 2>/dev/null", bin,
+                              dir),
+                     0);
+    ck_assert_int_eq(run_status(cmd), 2);
+    free(cmd);
+    ck_assert_int_ge(asprintf(&cmd, "%s train " TINY_CSV " --out %s/x --heads 3 2>/dev/null", bin,
+                              dir),
+                     0);
+    ck_assert_int_eq(run_status(cmd), 2);
+    free(cmd);
+    ck_assert_int_ge(asprintf(&cmd, "%s train --resume %s --lr 0.1 2>/dev/null", bin, out), 0);
+    ck_assert_int_eq(run_status(cmd), 2);
+    free(cmd);
+    ck_assert_int_ge(asprintf(&cmd, "%s nosuchcommand 2>/dev/null", bin), 0);
+    ck_assert_int_eq(run_status(cmd), 2);
+    free(cmd);
+    ck_assert_int_ge(asprintf(&cmd, "%s help train >/dev/null", bin), 0);
+    ck_assert_int_eq(run_status(cmd), 0);
+    free(cmd);
+    /* A missing file is a runtime error. */
+    ck_assert_int_ge(asprintf(&cmd, "%s train %s/none.csv --out %s/y 2>/dev/null", bin, dir, dir),
+                     0);
+    ck_assert_int_eq(run_status(cmd), 1);
+    free(cmd);
+    rm_rf(dir);
+    free(out);
+    free(dir);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("train");
+    TCase *tc = tcase_create("train");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_resume_after_interrupt_is_bitwise);
+    tcase_add_test(tc, test_resume_after_max_steps_is_bitwise);
+    tcase_add_test(tc, test_thread_count_does_not_change_weights);
+    tcase_add_test(tc, test_early_stop_by_patience);
+    tcase_add_test(tc, test_nan_keeps_last_good_checkpoint);
+    tcase_add_test(tc, test_metrics_and_curves);
+    tcase_add_test(tc, test_resume_truncates_metrics);
+    tcase_add_test(tc, test_without_validation_and_with_val_file);
+    tcase_add_test(tc, test_cli_end_to_end);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failures = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failures != 0;
+}
