@@ -8,7 +8,7 @@ CC      ?= cc
 
 # Debian packages the build and the tests need; installed when missing.
 DEB_BUILD_PKGS := gcc make pkg-config libcjson-dev libcsv-dev check libsubunit-dev \
-                  libutf8proc-dev zlib1g-dev libopenblas-dev
+                  libutf8proc-dev zlib1g-dev libopenblas-dev nettle-dev
 DEB_CHECK_PKGS := $(DEB_BUILD_PKGS) python3 valgrind groff-base
 DEB_CLANG_PKGS := clang libomp-dev libclang-rt-14-dev libfuzzer-14-dev
 
@@ -17,7 +17,7 @@ OPT      ?= -O2 -march=native
 CPPFLAGS += -Iinclude -D_GNU_SOURCE
 CFLAGS   ?=
 CFLAGS   += -std=c11 $(WARN) $(OPT) -fopenmp -g
-LDLIBS   := -lcjson -lcsv -lutf8proc -lz -lopenblas -lm
+LDLIBS   := -lcjson -lcsv -lutf8proc -lz -lopenblas -lnettle -lm
 CHECK_LIBS := -lcheck_pic -lsubunit -lrt -pthread -lm
 
 ifeq ($(SAN),1)

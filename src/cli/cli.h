@@ -2,9 +2,13 @@
 #ifndef ATTNCTL_CLI_H
 #define ATTNCTL_CLI_H
 
+#include <stdint.h>
+
 #define CLI_EXIT_OK 0
 #define CLI_EXIT_RUNTIME 1
 #define CLI_EXIT_USAGE 2
+#define CLI_EXIT_SIGINT 130  /* 128 + SIGINT, as shells report it */
+#define CLI_EXIT_SIGTERM 143 /* 128 + SIGTERM */
 
 /* Subcommands: argv[0] is the subcommand name. Return the exit status. */
 int cmd_train(int argc, char **argv);
@@ -20,7 +24,9 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format
 /* Parse helpers: 0 ok, -1 not a valid number in range. */
 int cli_parse_int(const char *s, long lo, long hi, long *out);
 int cli_parse_double(const char *s, double lo, double hi, double *out);
-/* Number of threads to use (--threads N, default all cores); sets OpenMP. */
+/* Unsigned 64-bit decimal (e.g. --seed): 0 ok, -1 invalid. */
+int cli_parse_u64(const char *s, uint64_t *out);
+/* Number of threads to use (--threads N; n <= 0: all cores); sets OpenMP. */
 void cli_set_threads(int n);
 
 #endif

@@ -1,10 +1,375 @@
+/* attnctl eval: accuracy, per-class precision/recall/F1, macro-F1, confusion
+ * matrix, ROC-AUC (binary) and mean loss of a model on a labelled CSV. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "attnctl/metrics.h"
 #include "cli.h"
+#include "infer.h"
+
+#define EVAL_DEFAULT_BATCH 32
+#define EXCERPT_WORDS 12
+#define EXCERPT_BYTES 160
+
+static const char EVAL_USAGE[] =
+    "usage: attnctl eval --model DIR TEST.csv[.gz] [options]\n"
+    "\n"
+    "Evaluates a trained model on a labelled CSV (header row; the text column is the\n"
+    "first of review/text/sentence, the label column the first of sentiment/label/polarity\n"
+    "unless named). Every label must be one of the model's classes.\n"
+    "\n"
+    "Prints accuracy, per-class precision/recall/F1 and support, macro-F1, the confusion\n"
+    "matrix (rows = true class, columns = predicted), ROC-AUC (binary models), the mean\n"
+    "cross-entropy loss, the number of rows, rows skipped because their text is empty, and\n"
+    "the time taken. Precision, recall or F1 with a zero denominator count as 0.\n"
+    "\n"
+    "options:\n"
+    "  --model DIR          model directory (config.json, vocab.txt, model.safetensors)\n"
+    "  --json               print one JSON object instead of the table\n"
+    "  --errors N           also list the N most confidently wrong examples (default 0)\n"
+    "  --batch-size N       examples per forward pass (default 32); results do not depend on it\n"
+    "  --text-column C      name of the text column\n"
+    "  --label-column C     name of the label column\n"
+    "  --threads N          threads to use (default: all cores)\n"
+    "  --help               show this help\n";
+
+typedef struct {
+    int64_t row;
+    int predicted;
+    float probability; /* of the predicted class */
+} wrong_example;
+
+/* Most confident first; ties by row so the list is deterministic. */
+static int compare_wrong(const void *pa, const void *pb)
+{
+    const wrong_example *a = pa, *b = pb;
+    if (a->probability != b->probability)
+        return a->probability > b->probability ? -1 : 1;
+    return (a->row > b->row) - (a->row < b->row);
+}
+
+typedef struct {
+    const char *model_dir, *data_path, *text_column, *label_column;
+    int json;
+    long n_errors, batch_size, threads;
+} eval_options;
+
+static int parse_eval_options(int argc, char **argv, eval_options *o)
+{
+    static const struct option longopts[] = {
+        {"model", required_argument, NULL, 'm'},
+        {"json", no_argument, NULL, 'j'},
+        {"errors", required_argument, NULL, 'e'},
+        {"batch-size", required_argument, NULL, 'b'},
+        {"text-column", required_argument, NULL, 't'},
+        {"label-column", required_argument, NULL, 'l'},
+        {"threads", required_argument, NULL, 'T'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    memset(o, 0, sizeof *o);
+    o->batch_size = EVAL_DEFAULT_BATCH;
+    optind = 0; /* GNU: full reinitialisation */
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'm': o->model_dir = optarg; break;
+        case 'j': o->json = 1; break;
+        case 'e':
+            if (cli_parse_int(optarg, 0, 1000000, &o->n_errors) != 0)
+                return cli_usage_error("eval", "--errors: '%s' is not an integer in 0..1000000",
+                                       optarg);
+            break;
+        case 'b':
+            if (cli_parse_int(optarg, 1, 65536, &o->batch_size) != 0)
+                return cli_usage_error("eval", "--batch-size: '%s' is not an integer in 1..65536",
+                                       optarg);
+            break;
+        case 't': o->text_column = optarg; break;
+        case 'l': o->label_column = optarg; break;
+        case 'T':
+            if (cli_parse_int(optarg, 1, 4096, &o->threads) != 0)
+                return cli_usage_error("eval", "--threads: '%s' is not an integer in 1..4096",
+                                       optarg);
+            break;
+        case 'h': fputs(EVAL_USAGE, stdout); return -1;
+        case ':': return cli_usage_error("eval", "option '%s' needs a value", argv[optind - 1]);
+        default: return cli_usage_error("eval", "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind >= argc)
+        return cli_usage_error("eval", "missing the test file (TEST.csv[.gz])");
+    if (argc - optind > 1)
+        return cli_usage_error("eval", "one test file expected, got %d ('%s', '%s', ...)",
+                               argc - optind, argv[optind], argv[optind + 1]);
+    o->data_path = argv[optind];
+    if (!o->model_dir)
+        return cli_usage_error("eval", "--model DIR is required");
+    return 0;
+}
+
+typedef struct {
+    int64_t count, skipped_empty, truncated, invalid_utf8, tokens;
+    double seconds, model_seconds;
+    double auc;
+    wrong_example *wrong;
+    int64_t n_wrong;
+} eval_result;
+
+static void excerpt_of(char *out, const ac_rawdata *raw, int64_t row)
+{
+    cli_text_excerpt(out, EXCERPT_BYTES, ac_rawdata_text(raw, row), ac_rawdata_text_len(raw, row),
+                     EXCERPT_WORDS);
+}
+
+static cJSON *json_number_or_null(double x)
+{
+    return isfinite(x) ? cJSON_CreateNumber(x) : cJSON_CreateNull();
+}
+
+static int print_json(const eval_options *o, const cli_infer *s, ac_metrics *m,
+                      const ac_rawdata *raw, const eval_result *r, long n_errors)
+{
+    char *const *labels = s->md.config.labels;
+    int C = s->n_classes;
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "model", o->model_dir);
+    cJSON_AddStringToObject(root, "data", o->data_path);
+    cJSON_AddNumberToObject(root, "count", (double)r->count);
+    cJSON_AddNumberToObject(root, "skipped_empty", (double)r->skipped_empty);
+    cJSON_AddNumberToObject(root, "truncated", (double)r->truncated);
+    cJSON_AddNumberToObject(root, "invalid_utf8_rows", (double)r->invalid_utf8);
+    cJSON_AddNumberToObject(root, "accuracy", ac_metrics_accuracy(m));
+    cJSON_AddNumberToObject(root, "macro_f1", ac_metrics_macro_f1(m));
+    cJSON_AddItemToObject(root, "roc_auc", json_number_or_null(r->auc));
+    cJSON_AddNumberToObject(root, "mean_loss", ac_metrics_mean_loss(m));
+    cJSON_AddNumberToObject(root, "seconds", r->seconds);
+    cJSON_AddNumberToObject(root, "model_seconds", r->model_seconds);
+    cJSON *label_arr = cJSON_AddArrayToObject(root, "labels");
+    cJSON *classes = cJSON_AddArrayToObject(root, "classes");
+    cJSON *confusion = cJSON_AddArrayToObject(root, "confusion");
+    for (int c = 0; c < C; c++) {
+        cJSON_AddItemToArray(label_arr, cJSON_CreateString(labels[c]));
+        cJSON *k = cJSON_CreateObject();
+        cJSON_AddStringToObject(k, "label", labels[c]);
+        cJSON_AddNumberToObject(k, "precision", ac_metrics_precision(m, c));
+        cJSON_AddNumberToObject(k, "recall", ac_metrics_recall(m, c));
+        cJSON_AddNumberToObject(k, "f1", ac_metrics_f1(m, c));
+        cJSON_AddNumberToObject(k, "support", (double)ac_metrics_support(m, c));
+        cJSON_AddItemToArray(classes, k);
+        cJSON *row = cJSON_CreateArray();
+        for (int j = 0; j < C; j++)
+            cJSON_AddItemToArray(row, cJSON_CreateNumber((double)ac_metrics_confusion(m, c, j)));
+        cJSON_AddItemToArray(confusion, row);
+    }
+    if (n_errors > 0) {
+        cJSON *errs = cJSON_AddArrayToObject(root, "errors");
+        char excerpt[EXCERPT_BYTES + 4];
+        for (int64_t i = 0; i < r->n_wrong && i < n_errors; i++) {
+            const wrong_example *w = &r->wrong[i];
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddNumberToObject(e, "line", (double)raw->line[w->row]);
+            excerpt_of(excerpt, raw, w->row);
+            cJSON_AddStringToObject(e, "text", excerpt);
+            cJSON_AddStringToObject(e, "true", labels[raw->labels[w->row]]);
+            cJSON_AddStringToObject(e, "predicted", labels[w->predicted]);
+            cJSON_AddNumberToObject(e, "probability", w->probability);
+            cJSON_AddItemToArray(errs, e);
+        }
+    }
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!text)
+        return cli_error("out of memory while writing JSON");
+    puts(text);
+    free(text);
+    return 0;
+}
+
+static int max_label_width(char *const *labels, int C, int at_least)
+{
+    int w = at_least;
+    for (int c = 0; c < C; c++) {
+        int len = (int)strlen(labels[c]);
+        if (len > w)
+            w = len;
+    }
+    return w;
+}
+
+static void print_table(const eval_options *o, const cli_infer *s, ac_metrics *m,
+                        const ac_rawdata *raw, const eval_result *r, long n_errors)
+{
+    char *const *labels = s->md.config.labels;
+    int C = s->n_classes;
+    printf("model      %s\n", o->model_dir);
+    printf("data       %s: %lld rows", o->data_path, (long long)r->count);
+    if (r->skipped_empty)
+        printf(" (%lld empty rows skipped)", (long long)r->skipped_empty);
+    printf(", %lld truncated to %d tokens\n", (long long)r->truncated, s->max_len);
+    printf("accuracy   %.4f\n", ac_metrics_accuracy(m));
+    printf("macro-F1   %.4f\n", ac_metrics_macro_f1(m));
+    if (C == 2) {
+        if (isfinite(r->auc))
+            printf("ROC-AUC    %.4f\n", r->auc);
+        else
+            printf("ROC-AUC    n/a (only one class in the data)\n");
+    }
+    printf("mean loss  %.4f\n", ac_metrics_mean_loss(m));
+    printf("time       %.2f s (%.0f reviews/s; model %.2f s)\n", r->seconds,
+           r->seconds > 0 ? (double)r->count / r->seconds : 0.0, r->model_seconds);
+
+    int w = max_label_width(labels, C, 9);
+    printf("\n%-*s  precision  recall      f1  support\n", w, "class");
+    for (int c = 0; c < C; c++)
+        printf("%-*s  %9.4f  %6.4f  %6.4f  %7lld\n", w, labels[c], ac_metrics_precision(m, c),
+               ac_metrics_recall(m, c), ac_metrics_f1(m, c), (long long)ac_metrics_support(m, c));
+    printf("%-*s  %9s  %6s  %6.4f  %7lld\n", w, "macro avg", "", "", ac_metrics_macro_f1(m),
+           (long long)r->count);
+
+    printf("\nconfusion matrix (rows = true, columns = predicted)\n%-*s", w, "");
+    int cw = max_label_width(labels, C, 8);
+    for (int j = 0; j < C; j++)
+        printf("  %*s", cw, labels[j]);
+    putchar('\n');
+    for (int c = 0; c < C; c++) {
+        printf("%-*s", w, labels[c]);
+        for (int j = 0; j < C; j++)
+            printf("  %*lld", cw, (long long)ac_metrics_confusion(m, c, j));
+        putchar('\n');
+    }
+
+    if (n_errors > 0) {
+        printf("\nmost confidently wrong (%lld of %lld wrong)\n",
+               (long long)(r->n_wrong < n_errors ? r->n_wrong : n_errors), (long long)r->n_wrong);
+        char excerpt[EXCERPT_BYTES + 4];
+        for (int64_t i = 0; i < r->n_wrong && i < n_errors; i++) {
+            const wrong_example *e = &r->wrong[i];
+            excerpt_of(excerpt, raw, e->row);
+            printf("  line %-7lld true %-*s predicted %-*s p=%.4f  %s\n",
+                   (long long)raw->line[e->row], w, labels[raw->labels[e->row]], w,
+                   labels[e->predicted], e->probability, excerpt);
+        }
+    }
+}
 
 int cmd_eval(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    return cli_error("eval: not implemented yet");
+    eval_options o;
+    int rc = parse_eval_options(argc, argv, &o);
+    if (rc != 0)
+        return rc < 0 ? CLI_EXIT_OK : rc;
+    cli_set_threads((int)o.threads);
+    double t0 = cli_now();
+
+    ac_err err = {{0}};
+    cli_infer s;
+    ac_rawdata raw;
+    ac_corpus corpus;
+    ac_batch_plan plan;
+    ac_metrics m;
+    eval_result r;
+    memset(&raw, 0, sizeof raw);
+    memset(&corpus, 0, sizeof corpus);
+    memset(&plan, 0, sizeof plan);
+    memset(&m, 0, sizeof m);
+    memset(&r, 0, sizeof r);
+    rc = CLI_EXIT_RUNTIME;
+
+    if (cli_infer_open(&s, o.model_dir, (int)o.batch_size, &err) != 0) {
+        cli_error("%s", err.msg);
+        return CLI_EXIT_RUNTIME;
+    }
+    ac_read_options ro = {
+        .text_column = o.text_column,
+        .label_column = o.label_column,
+        .need_label = 1,
+        .classes = s.md.config.labels,
+        .n_classes = s.md.config.n_labels,
+    };
+    if (ac_rawdata_read(&raw, o.data_path, &ro, &err) != 0) {
+        cli_error("%s", err.msg);
+        goto done;
+    }
+    if (raw.n_rows == 0) {
+        cli_error("%s: no rows to evaluate (%lld empty rows skipped)", o.data_path,
+                  (long long)raw.n_empty_skipped);
+        goto done;
+    }
+    if (ac_corpus_encode(&corpus, &raw, &s.md.config.tokenizer, &s.md.vocab, s.max_len, &err) != 0 ||
+        ac_batch_plan_make(&plan, &corpus, NULL, corpus.n, (int)o.batch_size, 0, 0, &err) != 0 ||
+        ac_metrics_init(&m, s.n_classes, corpus.n, &err) != 0) {
+        cli_error("%s: %s", o.data_path, err.msg);
+        goto done;
+    }
+    if (o.n_errors > 0) {
+        r.wrong = malloc((size_t)corpus.n * sizeof *r.wrong);
+        if (!r.wrong) {
+            cli_error("out of memory for %lld examples", (long long)corpus.n);
+            goto done;
+        }
+    }
+
+    double t_model = cli_now();
+    for (int64_t b = 0; b < plan.n_batches; b++) {
+        ac_batch batch = {.ids = s.ids, .lengths = s.lengths, .labels = s.labels, .rows = s.rows};
+        ac_batch_fill(&batch, &corpus, &plan, b);
+        if (cli_infer_forward(&s, batch.B, batch.T, batch.labels, &err) != 0) {
+            cli_error("%s", err.msg);
+            goto done;
+        }
+        const float *losses = s.md.model.act.losses;
+        for (int i = 0; i < batch.B; i++) {
+            const float *probs = cli_infer_probs(&s, i);
+            int pred = ac_argmax(probs, s.n_classes);
+            int truth = batch.labels[i];
+            if (!isfinite(losses[i])) {
+                cli_error("%s:%lld: the model's loss is not finite (%g): the model is broken",
+                          o.data_path, (long long)raw.line[batch.rows[i]], (double)losses[i]);
+                goto done;
+            }
+            if (ac_metrics_add(&m, truth, pred, probs, losses[i], &err) != 0) {
+                cli_error("%s", err.msg);
+                goto done;
+            }
+            if (r.wrong && pred != truth)
+                r.wrong[r.n_wrong++] = (wrong_example){batch.rows[i], pred, probs[pred]};
+        }
+    }
+    r.model_seconds = cli_now() - t_model;
+    if (r.wrong)
+        qsort(r.wrong, (size_t)r.n_wrong, sizeof *r.wrong, compare_wrong);
+    r.count = m.count;
+    r.skipped_empty = raw.n_empty_skipped;
+    r.truncated = corpus.n_truncated;
+    r.invalid_utf8 = raw.n_invalid_utf8;
+    r.tokens = corpus.n_tokens;
+    r.auc = ac_metrics_roc_auc(&m);
+    r.seconds = cli_now() - t0;
+
+    if (o.json) {
+        if (print_json(&o, &s, &m, &raw, &r, o.n_errors) != 0)
+            goto done;
+    } else {
+        print_table(&o, &s, &m, &raw, &r, o.n_errors);
+    }
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        cli_error("writing the results: %s", strerror(errno));
+        goto done;
+    }
+    rc = CLI_EXIT_OK;
+done:
+    free(r.wrong);
+    ac_metrics_free(&m);
+    ac_batch_plan_free(&plan);
+    ac_corpus_free(&corpus);
+    ac_rawdata_free(&raw);
+    cli_infer_close(&s);
+    return rc;
 }

@@ -1,10 +1,578 @@
+/* attnctl inspect: runs one review through the model and dumps or draws its
+ * attention maps (JSON, SVG, HTML, or shaded text in the terminal). */
+#include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
 
+#include <utf8proc.h>
+
+#include "attnctl/io.h"
+#include "attnctl/model.h"
+#include "attnctl/text.h"
 #include "cli.h"
+#include "render.h"
+
+#define STDIN_MAX_BYTES (64u << 20)
+
+typedef enum { FORMAT_TEXT, FORMAT_JSON, FORMAT_SVG, FORMAT_HTML } inspect_format;
+
+static const char usage_text[] =
+    "usage: attnctl inspect --model DIR [TEXT | -] [OPTIONS]\n"
+    "\n"
+    "Runs one review through the model and shows its attention maps over the\n"
+    "review's tokens. TEXT is the review (several arguments are joined with\n"
+    "spaces); with - or without TEXT the review is read from standard input.\n"
+    "\n"
+    "Options:\n"
+    "  --model DIR      the model directory (config.json, vocab.txt, model.safetensors)\n"
+    "  --format FORMAT  text: the review shaded by what the classifier draws from\n"
+    "                         each token, with the predicted label (the default)\n"
+    "                   json: tokens, ids, label, probabilities and\n"
+    "                         attention[layer][head][query][key] (bertviz layout)\n"
+    "                   svg:  a heatmap per head (the first 64 tokens)\n"
+    "                   html: one self-contained page with the prediction, the\n"
+    "                         shaded review and every map (the first 128 tokens)\n"
+    "                   Without --format, --out FILE picks it from the file name's\n"
+    "                   ending (.json, .svg, .html/.htm, .txt).\n"
+    "  --layer L        only layer L (counted from 0)\n"
+    "  --head H         only head H (counted from 0)\n"
+    "  --out FILE       write to FILE (replaced atomically) instead of standard output\n"
+    "  --threads N      threads to use (default: all cores)\n"
+    "  -h, --help       show this help\n"
+    "\n"
+    "The text format uses colour when standard output is a terminal and NO_COLOR is\n"
+    "not set; otherwise each token is followed by its weight, e.g. great(0.210).\n";
+
+static int parse_format(const char *s, inspect_format *out)
+{
+    static const struct {
+        const char *name;
+        inspect_format format;
+    } formats[] = {{"text", FORMAT_TEXT}, {"json", FORMAT_JSON}, {"svg", FORMAT_SVG}, {"html", FORMAT_HTML}};
+    for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++)
+        if (strcmp(s, formats[i].name) == 0) {
+            *out = formats[i].format;
+            return 0;
+        }
+    return -1;
+}
+
+static int format_from_file_name(const char *path, inspect_format *out)
+{
+    const char *dot = strrchr(path, '.');
+    if (!dot || strchr(dot, '/'))
+        return -1;
+    if (strcasecmp(dot, ".htm") == 0) {
+        *out = FORMAT_HTML;
+        return 0;
+    }
+    if (strcasecmp(dot, ".txt") == 0) {
+        *out = FORMAT_TEXT;
+        return 0;
+    }
+    char lower[8];
+    size_t n = strlen(dot + 1);
+    if (n >= sizeof lower)
+        return -1;
+    for (size_t i = 0; i <= n; i++)
+        lower[i] = (char)(dot[1 + i] >= 'A' && dot[1 + i] <= 'Z' ? dot[1 + i] + 32 : dot[1 + i]);
+    return parse_format(lower, out);
+}
+
+/* Whole standard input, NUL-terminated. */
+static int read_stdin(char **text, size_t *len)
+{
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    if (!buf)
+        return cli_error("inspect: out of memory");
+    for (;;) {
+        if (n + 1 == cap) {
+            if (cap >= STDIN_MAX_BYTES) {
+                free(buf);
+                return cli_error("inspect: standard input is longer than %u MB", STDIN_MAX_BYTES >> 20);
+            }
+            char *p = realloc(buf, cap * 2);
+            if (!p) {
+                free(buf);
+                return cli_error("inspect: out of memory");
+            }
+            buf = p;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - 1 - n, stdin);
+        n += got;
+        if (got == 0) {
+            if (ferror(stdin)) {
+                free(buf);
+                return cli_error("inspect: cannot read standard input");
+            }
+            break;
+        }
+    }
+    buf[n] = '\0';
+    *text = buf;
+    *len = n;
+    return 0;
+}
+
+static int is_blank(const char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if (!strchr(" \t\n\r\f\v", s[i]))
+            return 0;
+    return 1;
+}
+
+/* A copy of s[0..len) that is valid UTF-8: invalid bytes become U+FFFD, and
+ * with no_controls also control and bidirectional-override characters (so a
+ * token can neither break XML nor send escape sequences to a terminal). */
+static char *clean_utf8(const char *s, size_t len, int no_controls)
+{
+    char *out = malloc(len * 3 + 4); /* each byte grows to at most 3 */
+    if (!out)
+        return NULL;
+    size_t o = 0, i = 0;
+    while (i < len) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t n = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(len - i), &cp);
+        int bad = n <= 0;
+        if (!bad && no_controls)
+            bad = utf8proc_category(cp) == UTF8PROC_CATEGORY_CC || (cp >= 0x202A && cp <= 0x202E) ||
+                  (cp >= 0x2066 && cp <= 0x2069);
+        if (bad) {
+            memcpy(out + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i += n <= 0 ? 1 : (size_t)n;
+        } else {
+            memcpy(out + o, s + i, (size_t)n);
+            o += (size_t)n;
+            i += (size_t)n;
+        }
+    }
+    out[o] = '\0';
+    return out;
+}
+
+/* Finds which tokens the encoded ids came from: the ids after [CLS] are the
+ * first `head` tokens followed by the last `words - head` tokens (head = words
+ * for head truncation, 0 for tail). Tries the configured split first, then
+ * every other one, so the display stays right even if the encoder counts the
+ * head share differently. Returns head, or -1 when no split reproduces the ids. */
+static int align_tokens(const ac_vocab *vocab, const ac_token *toks, int64_t n_toks, const int32_t *ids,
+                        int words, int preferred_head)
+{
+    if (words > n_toks)
+        return -1;
+    for (int attempt = -1; attempt <= words; attempt++) {
+        int head = attempt < 0 ? preferred_head : attempt;
+        if (head < 0 || head > words || (attempt >= 0 && head == preferred_head))
+            continue;
+        int ok = 1;
+        for (int i = 0; i < words && ok; i++) {
+            int64_t t = i < head ? i : n_toks - words + i;
+            ok = ac_vocab_lookup(vocab, toks[t].str, toks[t].len) == ids[i];
+        }
+        if (ok)
+            return head;
+    }
+    return -1;
+}
+
+static int preferred_head(const ac_tokenizer_config *tc, int words, int max_len)
+{
+    switch (tc->truncation) {
+    case AC_TRUNC_TAIL:
+        return 0;
+    case AC_TRUNC_HEAD_TAIL: {
+        int head = tc->head_tokens > 0 ? tc->head_tokens : max_len / 4;
+        return head < words ? head : words;
+    }
+    case AC_TRUNC_HEAD:
+    default:
+        return words;
+    }
+}
+
+typedef struct {
+    int n;
+    int32_t *ids;
+    char **tokens;
+    unsigned char *unknown;
+    float *attention;
+    float *token_weight;
+    int full_len;
+} inspect_data;
+
+static void inspect_data_free(inspect_data *d)
+{
+    if (d->tokens)
+        for (int i = 0; i < d->n; i++)
+            free(d->tokens[i]);
+    free(d->tokens);
+    free(d->ids);
+    free(d->unknown);
+    free(d->attention);
+    free(d->token_weight);
+    memset(d, 0, sizeof *d);
+}
+
+/* Tokenizes and encodes the text, and finds each id's token string. */
+static int encode_review(inspect_data *d, ac_model_dir *md, const char *text, size_t len, int display)
+{
+    const ac_tokenizer_config *tc = &md->config.tokenizer;
+    int max_len = md->model.cfg.max_len;
+    ac_tokenizer *tok = NULL;
+    ac_err err = {{0}};
+    if (ac_tokenizer_create(&tok, tc, &err) != 0)
+        return cli_error("inspect: %s", err.msg);
+    d->ids = calloc((size_t)max_len, sizeof *d->ids);
+    if (!d->ids) {
+        ac_tokenizer_free(tok);
+        return cli_error("inspect: out of memory");
+    }
+    int full_len = 0;
+    int n = ac_encode_text(tok, tc, &md->vocab, text, len, max_len, d->ids, &full_len);
+    const ac_token *toks = NULL;
+    int64_t n_toks = n > 0 ? ac_tokenize(tok, text, len, &toks) : -1;
+    if (n <= 0 || n_toks < 0) {
+        ac_tokenizer_free(tok);
+        return cli_error("inspect: cannot encode the text (out of memory?)");
+    }
+    if (n_toks == 0) {
+        ac_tokenizer_free(tok);
+        return cli_error("inspect: the text is empty (no tokens after tokenization)");
+    }
+    d->n = n;
+    d->full_len = full_len;
+    d->tokens = calloc((size_t)n, sizeof *d->tokens);
+    d->unknown = calloc((size_t)n, 1);
+    if (!d->tokens || !d->unknown) {
+        ac_tokenizer_free(tok);
+        return cli_error("inspect: out of memory");
+    }
+    int cls = md->vocab.with_cls && d->ids[0] == AC_CLS_ID;
+    int words = n - cls;
+    int head = align_tokens(&md->vocab, toks, n_toks, d->ids + cls, words,
+                            preferred_head(tc, words, max_len));
+    for (int i = 0; i < n; i++) {
+        int32_t id = d->ids[i];
+        const char *s;
+        size_t slen;
+        if (cls && i == 0) {
+            s = "[CLS]";
+            slen = 5;
+        } else if (head >= 0) {
+            int w = i - cls;
+            int64_t t = w < head ? w : n_toks - words + w;
+            s = toks[t].str;
+            slen = toks[t].len;
+        } else { /* cannot map back: show the vocabulary entry */
+            s = id >= 0 && id < md->vocab.size ? md->vocab.tokens[id] : "<?>";
+            slen = strlen(s);
+        }
+        d->unknown[i] = id == AC_UNK_ID;
+        d->tokens[i] = clean_utf8(s, slen, display);
+        if (!d->tokens[i]) {
+            ac_tokenizer_free(tok);
+            return cli_error("inspect: out of memory");
+        }
+    }
+    ac_tokenizer_free(tok);
+    return 0;
+}
+
+/* What the pooled representation draws from each token (see render.h). */
+static void pooled_weights(inspect_data *d, const ac_model *m, char *measure, size_t measure_len)
+{
+    int n = d->n, H = m->cfg.n_heads, dm = m->cfg.d_model, last = m->cfg.n_layers - 1;
+    const float *last_maps = d->attention + (size_t)last * H * n * n;
+    for (int i = 0; i < n; i++)
+        d->token_weight[i] = 0.0f;
+    switch (m->cfg.pooling) {
+    case AC_POOL_MAX:
+        for (int j = 0; j < dm; j++) {
+            int32_t t = m->act.pool_argmax[j];
+            if (t >= 0 && t < n)
+                d->token_weight[t] += 1.0f / (float)dm;
+        }
+        snprintf(measure, measure_len,
+                 "the share of the %d max-pooled features whose maximum lies at the token "
+                 "(the model uses max pooling)",
+                 dm);
+        break;
+    case AC_POOL_MEAN:
+        for (int h = 0; h < H; h++)
+            for (int q = 0; q < n; q++)
+                for (int k = 0; k < n; k++)
+                    d->token_weight[k] += last_maps[((size_t)h * n + q) * n + k] / (float)(H * n);
+        snprintf(measure, measure_len,
+                 "the attention the token receives in the last layer, averaged over its %d heads and "
+                 "over all query tokens (the model uses mean pooling)",
+                 H);
+        break;
+    case AC_POOL_CLS:
+    default:
+        for (int h = 0; h < H; h++)
+            for (int k = 0; k < n; k++)
+                d->token_weight[k] += last_maps[(size_t)h * n * n + k] / (float)H;
+        snprintf(measure, measure_len,
+                 "the attention the [CLS] token pays to the token in the last layer, averaged over "
+                 "its %d heads (the model classifies from [CLS])",
+                 H);
+        break;
+    }
+}
+
+static int write_output(const render_buf *buf, const char *out_path)
+{
+    if (buf->failed)
+        return cli_error("inspect: out of memory while rendering");
+    if (out_path) {
+        ac_err err = {{0}};
+        if (ac_write_file_atomic(out_path, buf->data, buf->len, &err) != 0)
+            return cli_error("inspect: %s", err.msg);
+        return CLI_EXIT_OK;
+    }
+    if (fwrite(buf->data, 1, buf->len, stdout) != buf->len || fflush(stdout) != 0)
+        return cli_error("inspect: cannot write to standard output");
+    return CLI_EXIT_OK;
+}
+
+static render_colour_mode terminal_colour(void)
+{
+    const char *no_color = getenv("NO_COLOR");
+    if (no_color && *no_color)
+        return RENDER_COLOUR_NONE;
+    if (!isatty(STDOUT_FILENO))
+        return RENDER_COLOUR_NONE;
+    const char *term = getenv("TERM");
+    if (term && strcmp(term, "dumb") == 0)
+        return RENDER_COLOUR_NONE;
+    const char *colorterm = getenv("COLORTERM");
+    if (colorterm && (strstr(colorterm, "truecolor") || strstr(colorterm, "24bit")))
+        return RENDER_COLOUR_TRUE;
+    return RENDER_COLOUR_256;
+}
+
+static int terminal_width(void)
+{
+    struct winsize ws;
+    if (isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col >= 20)
+        return ws.ws_col;
+    return 80;
+}
+
+typedef struct {
+    const char *model_dir, *out_path;
+    inspect_format format;
+    int format_given;
+    long layer, head; /* -1: all */
+    const char *layer_arg, *head_arg;
+    char *text;       /* owned */
+    size_t text_len;
+} inspect_options;
+
+/* Returns -1 to go on, else the exit status. */
+static int parse_options(inspect_options *o, int argc, char **argv)
+{
+    enum { OPT_MODEL = 256, OPT_FORMAT, OPT_LAYER, OPT_HEAD, OPT_OUT, OPT_THREADS };
+    static const struct option longopts[] = {
+        {"model", required_argument, NULL, OPT_MODEL},   {"format", required_argument, NULL, OPT_FORMAT},
+        {"layer", required_argument, NULL, OPT_LAYER},   {"head", required_argument, NULL, OPT_HEAD},
+        {"out", required_argument, NULL, OPT_OUT},       {"threads", required_argument, NULL, OPT_THREADS},
+        {"help", no_argument, NULL, 'h'},                {NULL, 0, NULL, 0},
+    };
+    memset(o, 0, sizeof *o);
+    o->layer = o->head = -1;
+    long threads = 0;
+    optind = 0; /* full reset: the parser may have run before in this process */
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        switch (c) {
+        case OPT_MODEL: o->model_dir = optarg; break;
+        case OPT_OUT: o->out_path = optarg; break;
+        case OPT_FORMAT:
+            if (parse_format(optarg, &o->format) != 0)
+                return cli_usage_error("inspect", "--format: unknown format '%s' (json, svg, html or text)",
+                                       optarg);
+            o->format_given = 1;
+            break;
+        case OPT_LAYER:
+            if (cli_parse_int(optarg, LONG_MIN, LONG_MAX, &o->layer) != 0)
+                return cli_usage_error("inspect", "--layer: '%s' is not an integer", optarg);
+            o->layer_arg = optarg;
+            break;
+        case OPT_HEAD:
+            if (cli_parse_int(optarg, LONG_MIN, LONG_MAX, &o->head) != 0)
+                return cli_usage_error("inspect", "--head: '%s' is not an integer", optarg);
+            o->head_arg = optarg;
+            break;
+        case OPT_THREADS:
+            if (cli_parse_int(optarg, 1, 4096, &threads) != 0)
+                return cli_usage_error("inspect", "--threads: '%s' is not a number from 1 to 4096", optarg);
+            break;
+        case 'h':
+            fputs(usage_text, stdout);
+            return CLI_EXIT_OK;
+        case ':':
+            return cli_usage_error("inspect", "option '%s' needs a value", argv[optind - 1]);
+        default:
+            return cli_usage_error("inspect", "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (!o->model_dir)
+        return cli_usage_error("inspect", "--model DIR is required");
+    if (!o->format_given && o->out_path)
+        format_from_file_name(o->out_path, &o->format);
+    if (threads > 0)
+        cli_set_threads((int)threads);
+
+    int n_words = argc - optind;
+    if (n_words == 0 || (n_words == 1 && strcmp(argv[optind], "-") == 0)) {
+        if (isatty(STDIN_FILENO))
+            fputs("attnctl inspect: reading the review from standard input (end with Ctrl-D)\n", stderr);
+        int rc = read_stdin(&o->text, &o->text_len);
+        return rc == 0 ? -1 : rc;
+    }
+    size_t total = 1;
+    for (int i = optind; i < argc; i++) {
+        if (strcmp(argv[i], "-") == 0)
+            return cli_usage_error("inspect", "'-' (read standard input) cannot be combined with TEXT");
+        total += strlen(argv[i]) + 1;
+    }
+    o->text = malloc(total);
+    if (!o->text)
+        return cli_error("inspect: out of memory");
+    size_t pos = 0;
+    for (int i = optind; i < argc; i++) {
+        if (i > optind)
+            o->text[pos++] = ' ';
+        size_t len = strlen(argv[i]);
+        memcpy(o->text + pos, argv[i], len);
+        pos += len;
+    }
+    o->text[pos] = '\0';
+    o->text_len = pos;
+    return -1;
+}
+
+static int check_range(const char *what, const char *arg, long value, int count, const char *noun)
+{
+    if (value >= 0 && value < count)
+        return 0;
+    return cli_usage_error("inspect", "%s %s is out of range: the model has %d %s (valid: 0..%d)", what, arg,
+                           count, noun, count - 1);
+}
+
+static int run_inspect(inspect_options *o)
+{
+    if (is_blank(o->text, o->text_len))
+        return cli_error("inspect: the text is empty");
+
+    ac_model_dir md;
+    ac_err err = {{0}};
+    memset(&md, 0, sizeof md);
+    if (ac_model_dir_load(&md, o->model_dir, &err) != 0)
+        return cli_error("inspect: %s", err.msg);
+    ac_model *m = &md.model;
+    int L = m->cfg.n_layers, H = m->cfg.n_heads;
+    int rc = CLI_EXIT_OK;
+    inspect_data d;
+    memset(&d, 0, sizeof d);
+    render_buf buf;
+    rb_init(&buf);
+
+    if (o->layer_arg && (rc = check_range("--layer", o->layer_arg, o->layer, L, L == 1 ? "layer" : "layers")))
+        goto done;
+    if (o->head_arg && (rc = check_range("--head", o->head_arg, o->head, H, H == 1 ? "head" : "heads")))
+        goto done;
+    if (md.config.n_labels != m->cfg.n_classes || !md.config.labels) {
+        rc = cli_error("inspect: %s: the labels do not match the number of classes", o->model_dir);
+        goto done;
+    }
+    if ((rc = encode_review(&d, &md, o->text, o->text_len, o->format != FORMAT_JSON)) != 0)
+        goto done;
+
+    int n = d.n;
+    if (ac_model_alloc_activations(m, 1, n, &err) != 0) {
+        rc = cli_error("inspect: %s", err.msg);
+        goto done;
+    }
+    int32_t length = n;
+    ac_model_forward(m, d.ids, &length, NULL, 1, n, 0, 0);
+
+    d.attention = malloc((size_t)L * H * n * n * sizeof *d.attention);
+    d.token_weight = calloc((size_t)n, sizeof *d.token_weight);
+    if (!d.attention || !d.token_weight) {
+        rc = cli_error("inspect: out of memory");
+        goto done;
+    }
+    /* With B = 1 and T = n, probs[l] is already [H][n][n] over the real tokens. */
+    for (int l = 0; l < L; l++)
+        memcpy(d.attention + (size_t)l * H * n * n, m->act.probs[l], (size_t)H * n * n * sizeof *d.attention);
+    char measure[256];
+    pooled_weights(&d, m, measure, sizeof measure);
+
+    int predicted = 0;
+    for (int c = 1; c < m->cfg.n_classes; c++)
+        if (m->act.probs_out[c] > m->act.probs_out[predicted])
+            predicted = c;
+
+    inspect_view v = {
+        .n = n,
+        .tokens = d.tokens,
+        .ids = d.ids,
+        .unknown = d.unknown,
+        .full_len = d.full_len,
+        .n_layers = L,
+        .n_heads = H,
+        .layer_first = o->layer >= 0 ? (int)o->layer : 0,
+        .layer_count = o->layer >= 0 ? 1 : L,
+        .head_first = o->head >= 0 ? (int)o->head : 0,
+        .head_count = o->head >= 0 ? 1 : H,
+        .attention = d.attention,
+        .n_classes = m->cfg.n_classes,
+        .labels = md.config.labels,
+        .probs = m->act.probs_out,
+        .predicted = predicted,
+        .pooling = m->cfg.pooling,
+        .token_weight = d.token_weight,
+        .weight_measure = measure,
+    };
+    switch (o->format) {
+    case FORMAT_JSON: render_json(&buf, &v); break;
+    case FORMAT_SVG: render_svg(&buf, &v); break;
+    case FORMAT_HTML: render_html(&buf, &v); break;
+    case FORMAT_TEXT:
+    default:
+        if (o->out_path)
+            render_text(&buf, &v, RENDER_COLOUR_NONE, 80);
+        else
+            render_text(&buf, &v, terminal_colour(), terminal_width());
+        break;
+    }
+    rc = write_output(&buf, o->out_path);
+
+done:
+    rb_free(&buf);
+    inspect_data_free(&d);
+    ac_model_dir_free(&md);
+    return rc;
+}
 
 int cmd_inspect(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    return cli_error("inspect: not implemented yet");
+    inspect_options o;
+    int rc = parse_options(&o, argc, argv);
+    if (rc < 0) {
+        rc = run_inspect(&o);
+    }
+    free(o.text);
+    return rc;
 }

@@ -1,0 +1,135 @@
+#include "infer.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int cli_infer_open(cli_infer *s, const char *model_dir, int batch_size, ac_err *err)
+{
+    memset(s, 0, sizeof *s);
+    if (ac_model_dir_load(&s->md, model_dir, err) != 0)
+        return -1;
+    s->loaded = 1;
+    s->batch_size = batch_size;
+    s->max_len = s->md.model.cfg.max_len;
+    s->n_classes = s->md.model.cfg.n_classes;
+    if (ac_tokenizer_create(&s->tok, &s->md.config.tokenizer, err) != 0) {
+        cli_infer_close(s);
+        return -1;
+    }
+    size_t n_ids = (size_t)batch_size * (size_t)s->max_len;
+    s->ids = calloc(n_ids, sizeof *s->ids);
+    s->lengths = calloc((size_t)batch_size, sizeof *s->lengths);
+    s->labels = calloc((size_t)batch_size, sizeof *s->labels);
+    s->rows = calloc((size_t)batch_size, sizeof *s->rows);
+    if (!s->ids || !s->lengths || !s->labels || !s->rows) {
+        cli_infer_close(s);
+        return ac_err_set(err, "out of memory for batches of %d x %d tokens", batch_size,
+                          s->max_len);
+    }
+    return 0;
+}
+
+/* The first allocation fits the first batch exactly (fast cold start for one
+ * line); any later growth jumps straight to batch_size x max_len so that it
+ * happens at most once more. */
+static int ensure_activations(cli_infer *s, int B, int T, ac_err *err)
+{
+    const ac_activations *a = &s->md.model.act;
+    if (a->mem && B <= a->max_B && T <= a->max_T)
+        return 0;
+    int want_B = B, want_T = T;
+    if (a->mem) {
+        want_B = s->batch_size;
+        want_T = s->max_len;
+    }
+    return ac_model_alloc_activations(&s->md.model, want_B, want_T, err);
+}
+
+int cli_infer_forward(cli_infer *s, int B, int T, const int32_t *labels, ac_err *err)
+{
+    if (B < 1 || B > s->batch_size || T < 1 || T > s->max_len)
+        return ac_err_set(err, "internal: batch %d x %d outside %d x %d", B, T, s->batch_size,
+                          s->max_len);
+    if (ensure_activations(s, B, T, err) != 0)
+        return -1;
+    ac_model_forward(&s->md.model, s->ids, s->lengths, labels, B, T, 0, 0);
+    return 0;
+}
+
+void cli_infer_close(cli_infer *s)
+{
+    if (s->loaded)
+        ac_model_dir_free(&s->md);
+    ac_tokenizer_free(s->tok);
+    free(s->ids);
+    free(s->lengths);
+    free(s->labels);
+    free(s->rows);
+    memset(s, 0, sizeof *s);
+}
+
+double cli_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int is_space_byte(unsigned char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
+void cli_text_excerpt(char *out, size_t max_bytes, const char *text, size_t len, int max_words)
+{
+    size_t o = 0, i = 0;
+    int words = 0, cut = 0;
+    while (i < len) {
+        while (i < len && is_space_byte((unsigned char)text[i]))
+            i++;
+        if (i == len)
+            break;
+        if (words == max_words) {
+            cut = 1;
+            break;
+        }
+        if (words > 0) {
+            if (o + 1 > max_bytes) {
+                cut = 1;
+                break;
+            }
+            out[o++] = ' ';
+        }
+        words++;
+        while (i < len && !is_space_byte((unsigned char)text[i])) {
+            unsigned char c = (unsigned char)text[i];
+            if (o + 1 > max_bytes) {
+                cut = 1;
+                break;
+            }
+            out[o++] = c < 0x20 || c == 0x7f ? ' ' : (char)c;
+            i++;
+        }
+        if (cut)
+            break;
+    }
+    if (cut) {
+        /* Do not leave half a UTF-8 sequence: drop trailing continuation
+         * bytes and the lead byte they belong to. */
+        size_t end = o;
+        while (end > 0 && ((unsigned char)out[end - 1] & 0xC0) == 0x80)
+            end--;
+        if (end > 0 && (unsigned char)out[end - 1] >= 0xC0) {
+            unsigned char lead = (unsigned char)out[end - 1];
+            size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
+            if (o - (end - 1) < need)
+                o = end - 1;
+        }
+        while (o > 0 && out[o - 1] == ' ')
+            o--;
+        memcpy(out + o, "...", 3);
+        o += 3;
+    }
+    out[o] = '\0';
+}

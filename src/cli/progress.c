@@ -1,0 +1,167 @@
+#include "progress.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BAR_REDRAW_S 0.1 /* at most ten redraws a second */
+#define BAR_CELLS 16
+
+static double monotonic_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int terminal_width(void)
+{
+    struct winsize ws;
+    if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col >= 20)
+        return ws.ws_col;
+    return 80;
+}
+
+void cli_format_duration(char *out, size_t n, double s)
+{
+    if (!isfinite(s) || s < 0) {
+        snprintf(out, n, "?");
+        return;
+    }
+    long t = lround(s);
+    if (t >= 3600)
+        snprintf(out, n, "%ldh%02ldm", t / 3600, t / 60 % 60);
+    else if (t >= 60)
+        snprintf(out, n, "%ldm%02lds", t / 60, t % 60);
+    else
+        snprintf(out, n, "%lds", t);
+}
+
+void cli_format_count(char *out, size_t n, double v)
+{
+    if (!isfinite(v))
+        snprintf(out, n, "?");
+    else if (v >= 1e6)
+        snprintf(out, n, "%.1fM", v / 1e6);
+    else if (v >= 1e4)
+        snprintf(out, n, "%.1fk", v / 1e3);
+    else
+        snprintf(out, n, "%.0f", v);
+}
+
+void cli_progress_init(cli_progress *p, int quiet)
+{
+    memset(p, 0, sizeof *p);
+    p->mode = quiet ? CLI_PROGRESS_QUIET
+                    : isatty(STDERR_FILENO) ? CLI_PROGRESS_BAR : CLI_PROGRESS_LINES;
+    p->last_draw = -1.0;
+}
+
+void cli_progress_clear(cli_progress *p)
+{
+    if (p->bar_shown) {
+        fputs("\r\033[K", stderr);
+        fflush(stderr);
+        p->bar_shown = 0;
+    }
+}
+
+static void print_begin(const ac_train_progress *ev)
+{
+    char params[32], tokens[32];
+    cli_format_count(params, sizeof params, (double)ev->n_params);
+    cli_format_count(tokens, sizeof tokens, (double)ev->n_train_tokens);
+    if (ev->resumed)
+        fprintf(stderr, "attnctl: resuming at step %ld of %ld\n", ev->step, ev->total_steps);
+    fprintf(stderr,
+            "attnctl: %lld training rows, %lld validation rows, vocabulary %d, %s parameters, "
+            "about %.0f MiB\n",
+            (long long)ev->n_train, (long long)ev->n_val, ev->vocab_size, params,
+            (double)ev->memory_bytes / (1024.0 * 1024.0));
+    double unk = ev->n_train_tokens > 0 ? 100.0 * (double)ev->n_unk_tokens / (double)ev->n_train_tokens : 0.0;
+    double trunc = ev->n_train + ev->n_val > 0
+                       ? 100.0 * (double)ev->n_truncated / (double)(ev->n_train + ev->n_val)
+                       : 0.0;
+    fprintf(stderr,
+            "attnctl: %s tokens (%.1f%% unknown, %.1f%% of texts truncated); %ld steps "
+            "(%ld per epoch x %d epochs)\n",
+            tokens, unk, trunc, ev->total_steps, ev->batches_per_epoch, ev->epochs);
+    if (ev->stop_step < ev->total_steps)
+        fprintf(stderr, "attnctl: stopping at step %ld (--max-steps)\n", ev->stop_step);
+    if (ev->n_val == 0)
+        fprintf(stderr, "attnctl: warning: no validation rows: the latest model is kept and early "
+                        "stopping is off\n");
+}
+
+static void draw_bar(cli_progress *p, const ac_train_progress *ev)
+{
+    char line[512], rate_ex[32], rate_tok[32], eta[32];
+    long stop = ev->stop_step > 0 ? ev->stop_step : 1;
+    double frac = (double)ev->step / (double)stop;
+    if (frac > 1)
+        frac = 1;
+    int filled = (int)(frac * BAR_CELLS);
+    char cells[BAR_CELLS + 1];
+    for (int i = 0; i < BAR_CELLS; i++)
+        cells[i] = i < filled ? '=' : i == filled ? '>' : ' ';
+    cells[BAR_CELLS] = '\0';
+    cli_format_count(rate_ex, sizeof rate_ex, ev->examples_per_s);
+    cli_format_count(rate_tok, sizeof rate_tok, ev->tokens_per_s);
+    cli_format_duration(eta, sizeof eta, ev->eta_s);
+    double loss = isfinite(ev->loss_avg) ? ev->loss_avg : ev->loss;
+    int len = snprintf(line, sizeof line,
+                       "epoch %d/%d [%s] %ld/%ld %3.0f%% | loss %.4f | ETA %s | %s ex/s %s tok/s",
+                       ev->epoch + 1, ev->epochs, cells, ev->step, stop, 100.0 * frac, loss, eta,
+                       rate_ex, rate_tok);
+    /* Never wrap: a wrapped line cannot be redrawn with \r. The rates come
+     * last, so a narrow terminal loses them first. */
+    int width = terminal_width() - 1;
+    if (len > width)
+        line[width] = '\0';
+    fprintf(stderr, "\r%s\033[K", line);
+    fflush(stderr);
+    p->bar_shown = 1;
+}
+
+static void print_eval(const ac_train_progress *ev)
+{
+    char tok[32], elapsed[32], val[128];
+    cli_format_count(tok, sizeof tok, ev->tokens_per_s);
+    cli_format_duration(elapsed, sizeof elapsed, ev->elapsed_s);
+    if (isfinite(ev->val_accuracy))
+        snprintf(val, sizeof val, "val loss %.4f, val accuracy %.4f%s", ev->val_loss,
+                 ev->val_accuracy, ev->improved ? " (best, saved)" : "");
+    else
+        snprintf(val, sizeof val, "no validation rows (saved)");
+    fprintf(stderr, "step %ld/%ld (epoch %.2f): train loss %.4f, %s, lr %.3g, %s tok/s, %s\n",
+            ev->step, ev->total_steps, ev->epoch_progress, ev->loss, val, ev->lr, tok, elapsed);
+}
+
+void cli_progress_callback(const ac_train_progress *ev, void *user)
+{
+    cli_progress *p = user;
+    if (p->mode == CLI_PROGRESS_QUIET)
+        return;
+    switch (ev->kind) {
+    case AC_TRAIN_EVENT_BEGIN:
+        cli_progress_clear(p);
+        print_begin(ev);
+        break;
+    case AC_TRAIN_EVENT_STEP:
+        if (p->mode == CLI_PROGRESS_BAR) {
+            double now = monotonic_s();
+            if (p->last_draw < 0 || now - p->last_draw >= BAR_REDRAW_S || ev->step >= ev->stop_step) {
+                draw_bar(p, ev);
+                p->last_draw = now;
+            }
+        }
+        break;
+    case AC_TRAIN_EVENT_EVAL:
+        cli_progress_clear(p);
+        print_eval(ev);
+        break;
+    }
+}

@@ -1,0 +1,100 @@
+/* Renderers of `attnctl inspect`: one review's attention maps as JSON, SVG,
+ * a self-contained HTML page or shaded terminal text. They write into a
+ * growable memory buffer so that --out can replace a file atomically, and
+ * they never print or exit. */
+#ifndef ATTNCTL_CLI_RENDER_H
+#define ATTNCTL_CLI_RENDER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attnctl/nn.h"
+
+/* Heatmaps draw at most this many tokens (the first ones) so that a long
+ * review still gives a file a browser opens quickly and a reader can read.
+ * JSON always carries every token. */
+#define INSPECT_SVG_MAX_TOKENS 64
+#define INSPECT_HTML_MAX_TOKENS 128
+
+/* ------------------------------------------------------------ output buffer */
+
+typedef struct {
+    char *data;  /* NUL-terminated while not failed */
+    size_t len, cap;
+    int failed;  /* an allocation failed: later writes are ignored */
+} render_buf;
+
+void rb_init(render_buf *b);
+void rb_free(render_buf *b);
+void rb_put(render_buf *b, const char *s, size_t n);
+void rb_puts(render_buf *b, const char *s);
+void rb_printf(render_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A JSON number with %.6g (always '.' as decimal point); null when not finite. */
+void rb_number(render_buf *b, double x);
+/* The same with `digits` significant digits (for labels people read). */
+void rb_number_digits(render_buf *b, double x, int digits);
+/* A quoted JSON string. html_safe also escapes < > & so that the JSON can sit
+ * inside an HTML <script> element. s must be valid UTF-8. */
+void rb_json_string(render_buf *b, const char *s, int html_safe);
+/* Text for XML/HTML content or attribute values: & < > " ' escaped. */
+void rb_xml_text(render_buf *b, const char *s);
+/* At most max_chars code points of s, "…" appended when cut (for labels). */
+void rb_xml_text_cut(render_buf *b, const char *s, int max_chars);
+
+/* Number of code points of a valid UTF-8 string. */
+int render_utf8_length(const char *s);
+
+/* ----------------------------------------------------------------- colours */
+
+/* Sequential heatmap scale (white -> dark blue), t in [0, 1]. */
+void render_heat_colour(double t, unsigned char rgb[3]);
+/* Highlighter scale for token shading (pale yellow -> dark red), t in [0, 1]. */
+void render_shade_colour(double t, unsigned char rgb[3]);
+/* 1 when black text is more legible than white on rgb. */
+int render_dark_text_on(const unsigned char rgb[3]);
+
+/* ------------------------------------------------------------------- data */
+
+typedef struct {
+    int n;                          /* real tokens, [CLS] included */
+    char *const *tokens;            /* display strings (valid UTF-8, no control
+                                       characters); "[CLS]" for <cls>, the
+                                       original word for <unk> */
+    const int32_t *ids;             /* [n] */
+    const unsigned char *unknown;   /* [n] 1 when ids[i] is <unk> */
+    int full_len;                   /* tokens before truncation ([CLS] included) */
+    int n_layers, n_heads;          /* of the model */
+    int layer_first, layer_count;   /* selected layers [first, first + count) */
+    int head_first, head_count;     /* selected heads */
+    const float *attention;         /* [n_layers][n_heads][n][n] over real tokens */
+    int n_classes;
+    char *const *labels;            /* [n_classes] */
+    const float *probs;             /* [n_classes] */
+    int predicted;
+    ac_pooling pooling;
+    const float *token_weight;      /* [n] what the pooled representation draws
+                                       from each token; sums to 1 */
+    const char *weight_measure;     /* one sentence saying what token_weight is */
+} inspect_view;
+
+static inline const float *inspect_map(const inspect_view *v, int layer, int head)
+{
+    return v->attention + ((size_t)layer * (size_t)v->n_heads + (size_t)head) * (size_t)v->n * (size_t)v->n;
+}
+
+/* Largest attention value among the selected maps over the first m tokens. */
+double inspect_vmax(const inspect_view *v, int m);
+
+void render_json(render_buf *out, const inspect_view *v);
+void render_svg(render_buf *out, const inspect_view *v);
+void render_html(render_buf *out, const inspect_view *v);
+
+typedef enum {
+    RENDER_COLOUR_NONE = 0,   /* tokens followed by (weight) */
+    RENDER_COLOUR_256 = 1,    /* xterm 256-colour backgrounds */
+    RENDER_COLOUR_TRUE = 2,   /* 24-bit backgrounds */
+} render_colour_mode;
+/* width: columns to wrap at (<= 0: 80). */
+void render_text(render_buf *out, const inspect_view *v, render_colour_mode colour, int width);
+
+#endif

@@ -1,0 +1,843 @@
+/* End-to-end tests of `attnctl eval`, `predict` and `bench`: they run the
+ * built binary (path from $ATTNCTL, default build/attnctl) with pipes. A tiny
+ * model is trained once with `attnctl train` into $BUILD/test_cli/ before the
+ * tests start. */
+#include <check.h>
+#include <cjson/cJSON.h>
+#include <csv.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SAMPLE_TRAIN "data/sample_train.csv"
+#define SAMPLE_TEST "data/sample_test.csv"
+#define SAMPLE_TEST_ROWS 200
+#define RUN_TIMEOUT 25.0
+
+/* ------------------------------------------------------------------ helpers */
+
+static const char *attnctl_path(void)
+{
+    const char *p = getenv("ATTNCTL");
+    return p && *p ? p : "build/attnctl";
+}
+
+/* $BUILD/test_cli/NAME */
+static void work_path(char *buf, size_t n, const char *name)
+{
+    const char *build = getenv("BUILD");
+    snprintf(buf, n, "%s/test_cli/%s", build && *build ? build : "build", name);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct {
+    pid_t pid;
+    int in, out, err; /* our ends: write to in, read from out and err */
+} child;
+
+/* Starts attnctl with args (NULL-terminated, without the program name). */
+static void spawn(child *c, const char *const *args)
+{
+    int pin[2], pout[2], perr[2];
+    ck_assert_int_eq(pipe(pin), 0);
+    ck_assert_int_eq(pipe(pout), 0);
+    ck_assert_int_eq(pipe(perr), 0);
+    const char *argv[64];
+    int n = 0;
+    argv[n++] = attnctl_path();
+    while (args[n - 1] && n < 63) {
+        argv[n] = args[n - 1];
+        n++;
+    }
+    argv[n] = NULL;
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        dup2(pin[0], 0);
+        dup2(pout[1], 1);
+        dup2(perr[1], 2);
+        for (int fd = 3; fd < 64; fd++)
+            close(fd);
+        signal(SIGPIPE, SIG_DFL);
+        execv(argv[0], (char *const *)argv);
+        fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    close(pin[0]);
+    close(pout[1]);
+    close(perr[1]);
+    c->pid = pid;
+    c->in = pin[1];
+    c->out = pout[0];
+    c->err = perr[0];
+}
+
+/* Waits for the child (killing it after timeout seconds); returns the raw wait status. */
+static int wait_child(child *c, double timeout)
+{
+    double end = now_s() + timeout;
+    int status = 0;
+    for (;;) {
+        pid_t r = waitpid(c->pid, &status, WNOHANG);
+        if (r == c->pid)
+            return status;
+        if (now_s() > end) {
+            kill(c->pid, SIGKILL);
+            waitpid(c->pid, &status, 0);
+            ck_abort_msg("attnctl did not finish within %.0f s", timeout);
+        }
+        usleep(2000);
+    }
+}
+
+typedef struct {
+    int status; /* exit status, or 128 + signal */
+    char *out, *err;
+    size_t out_len, err_len;
+} result;
+
+static void append(char **buf, size_t *len, size_t *cap, const char *p, size_t n)
+{
+    if (*len + n + 1 > *cap) {
+        *cap = (*len + n + 1) * 2;
+        *buf = realloc(*buf, *cap);
+        ck_assert_ptr_nonnull(*buf);
+    }
+    memcpy(*buf + *len, p, n);
+    *len += n;
+    (*buf)[*len] = '\0';
+}
+
+/* Runs attnctl with args, feeding `input` (may be NULL) on stdin, collecting
+ * stdout and stderr; aborts the test after RUN_TIMEOUT seconds. */
+static result run_with_input(const char *const *args, const char *input, size_t input_len)
+{
+    child c;
+    spawn(&c, args);
+    result r = {0, NULL, NULL, 0, 0};
+    size_t out_cap = 0, err_cap = 0, written = 0;
+    append(&r.out, &r.out_len, &out_cap, "", 0);
+    append(&r.err, &r.err_len, &err_cap, "", 0);
+    fcntl(c.in, F_SETFL, O_NONBLOCK);
+    if (!input || input_len == 0) {
+        close(c.in);
+        c.in = -1;
+    }
+    double end = now_s() + RUN_TIMEOUT;
+    int out_open = 1, err_open = 1;
+    while (out_open || err_open) {
+        struct pollfd p[3] = {{c.out, POLLIN, 0}, {c.err, POLLIN, 0}, {c.in, POLLOUT, 0}};
+        int np = c.in >= 0 ? 3 : 2;
+        if (!out_open)
+            p[0].fd = -1;
+        if (!err_open)
+            p[1].fd = -1;
+        int n = poll(p, (nfds_t)np, 100);
+        if (now_s() > end) {
+            kill(c.pid, SIGKILL);
+            waitpid(c.pid, NULL, 0);
+            ck_abort_msg("attnctl %s did not finish within %.0f s", args[0], RUN_TIMEOUT);
+        }
+        if (n <= 0)
+            continue;
+        char buf[65536];
+        if (p[0].revents) {
+            ssize_t k = read(c.out, buf, sizeof buf);
+            if (k > 0)
+                append(&r.out, &r.out_len, &out_cap, buf, (size_t)k);
+            else
+                out_open = 0;
+        }
+        if (p[1].revents) {
+            ssize_t k = read(c.err, buf, sizeof buf);
+            if (k > 0)
+                append(&r.err, &r.err_len, &err_cap, buf, (size_t)k);
+            else
+                err_open = 0;
+        }
+        if (np == 3 && p[2].revents) {
+            ssize_t k = write(c.in, input + written, input_len - written);
+            if (k > 0)
+                written += (size_t)k;
+            if (k < 0 && errno != EAGAIN) /* EPIPE: the child stopped reading */
+                written = input_len;
+            if (written == input_len) {
+                close(c.in);
+                c.in = -1;
+            }
+        }
+    }
+    if (c.in >= 0)
+        close(c.in);
+    close(c.out);
+    close(c.err);
+    int status = wait_child(&c, RUN_TIMEOUT);
+    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return r;
+}
+
+static result run(const char *const *args)
+{
+    return run_with_input(args, NULL, 0);
+}
+
+static void result_free(result *r)
+{
+    free(r->out);
+    free(r->err);
+}
+
+static int count_lines(const char *s)
+{
+    int n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+/* Splits s into lines in place (s must end with '\n'); returns the count. */
+static int split_lines(char *s, char **lines, int max)
+{
+    int n = 0;
+    while (*s && n < max) {
+        char *nl = strchr(s, '\n');
+        ck_assert_ptr_nonnull(nl);
+        *nl = '\0';
+        lines[n++] = s;
+        s = nl + 1;
+    }
+    return n;
+}
+
+static void model_dir(char *buf, size_t n)
+{
+    work_path(buf, n, "model");
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+/* Reads the sample test CSV (libcsv) into texts[] and labels[]. */
+typedef struct {
+    char *texts[SAMPLE_TEST_ROWS + 1];
+    char *labels[SAMPLE_TEST_ROWS + 1];
+    int field, row; /* row 0 is the header */
+} sample_rows;
+
+static void on_field(void *data, size_t len, void *user)
+{
+    sample_rows *s = user;
+    if (s->row >= 1 && s->row <= SAMPLE_TEST_ROWS) {
+        char *copy = strndup(data, len);
+        if (s->field == 0)
+            s->texts[s->row - 1] = copy;
+        else
+            s->labels[s->row - 1] = copy;
+    }
+    s->field++;
+}
+
+static void on_row(int c, void *user)
+{
+    (void)c;
+    sample_rows *s = user;
+    s->field = 0;
+    s->row++;
+}
+
+static void read_sample(sample_rows *s)
+{
+    memset(s, 0, sizeof *s);
+    FILE *f = fopen(SAMPLE_TEST, "rb");
+    ck_assert_ptr_nonnull(f);
+    struct csv_parser p;
+    csv_init(&p, CSV_APPEND_NULL);
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+        ck_assert_uint_eq(csv_parse(&p, buf, n, on_field, on_row, s), n);
+    csv_fini(&p, on_field, on_row, s);
+    csv_free(&p);
+    fclose(f);
+    ck_assert_int_eq(s->row, SAMPLE_TEST_ROWS + 1);
+}
+
+static void free_sample(sample_rows *s)
+{
+    for (int i = 0; i < SAMPLE_TEST_ROWS; i++) {
+        free(s->texts[i]);
+        free(s->labels[i]);
+    }
+}
+
+/* ------------------------------------------------------------------- eval */
+
+START_TEST(test_eval_table)
+{
+    char model[512];
+    model_dir(model, sizeof model);
+    const char *args[] = {"eval", "--model", model, SAMPLE_TEST, "--errors", "2", NULL};
+    result r = run(args);
+    ck_assert_msg(r.status == 0, "status %d, stderr: %s", r.status, r.err);
+    ck_assert_ptr_nonnull(strstr(r.out, "accuracy"));
+    ck_assert_ptr_nonnull(strstr(r.out, "macro-F1"));
+    ck_assert_ptr_nonnull(strstr(r.out, "ROC-AUC"));
+    ck_assert_ptr_nonnull(strstr(r.out, "confusion matrix (rows = true, columns = predicted)"));
+    ck_assert_ptr_nonnull(strstr(r.out, "negative"));
+    ck_assert_ptr_nonnull(strstr(r.out, "200 rows"));
+    ck_assert_str_eq(r.err, "");
+    result_free(&r);
+}
+END_TEST
+
+static double json_num(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    ck_assert_msg(cJSON_IsNumber(v), "JSON key '%s' missing or not a number", key);
+    return v->valuedouble;
+}
+
+START_TEST(test_eval_json)
+{
+    char model[512];
+    model_dir(model, sizeof model);
+    const char *args[] = {"eval", "--model", model, SAMPLE_TEST, "--json", "--errors", "3",
+                          "--batch-size", "7", NULL};
+    result r = run(args);
+    ck_assert_msg(r.status == 0, "status %d, stderr: %s", r.status, r.err);
+    cJSON *o = cJSON_Parse(r.out);
+    ck_assert_msg(o != NULL, "not JSON: %s", r.out);
+    ck_assert_int_eq((int)json_num(o, "count"), SAMPLE_TEST_ROWS);
+    ck_assert_int_eq((int)json_num(o, "skipped_empty"), 0);
+    double acc = json_num(o, "accuracy");
+    double auc = json_num(o, "roc_auc");
+    double loss = json_num(o, "mean_loss");
+    double f1 = json_num(o, "macro_f1");
+    ck_assert(acc >= 0 && acc <= 1 && auc >= 0 && auc <= 1 && f1 >= 0 && f1 <= 1);
+    ck_assert(loss > 0 && isfinite(loss));
+    ck_assert(json_num(o, "seconds") >= 0);
+    /* The sample is easy: even a tiny model should beat chance clearly. */
+    ck_assert_msg(acc > 0.7, "accuracy %.3f", acc);
+
+    const cJSON *conf = cJSON_GetObjectItemCaseSensitive(o, "confusion");
+    const cJSON *classes = cJSON_GetObjectItemCaseSensitive(o, "classes");
+    ck_assert_int_eq(cJSON_GetArraySize(conf), 2);
+    ck_assert_int_eq(cJSON_GetArraySize(classes), 2);
+    double total = 0, diag = 0, macro = 0;
+    for (int i = 0; i < 2; i++) {
+        const cJSON *row = cJSON_GetArrayItem(conf, i);
+        const cJSON *cls = cJSON_GetArrayItem(classes, i);
+        double support = 0;
+        for (int j = 0; j < 2; j++) {
+            double v = cJSON_GetArrayItem(row, j)->valuedouble;
+            total += v;
+            support += v;
+            if (i == j)
+                diag += v;
+        }
+        ck_assert_double_eq_tol(json_num(cls, "support"), support, 1e-9);
+        macro += json_num(cls, "f1");
+    }
+    ck_assert_str_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(classes, 0), "label")->valuestring,
+                     "negative");
+    ck_assert_double_eq_tol(total, SAMPLE_TEST_ROWS, 1e-9);
+    ck_assert_double_eq_tol(acc, diag / total, 1e-12);
+    ck_assert_double_eq_tol(f1, macro / 2, 1e-12);
+
+    const cJSON *errs = cJSON_GetObjectItemCaseSensitive(o, "errors");
+    ck_assert(cJSON_IsArray(errs));
+    int n_wrong = (int)(total - diag);
+    ck_assert_int_eq(cJSON_GetArraySize(errs), n_wrong < 3 ? n_wrong : 3);
+    double last_p = 2;
+    for (int i = 0; i < cJSON_GetArraySize(errs); i++) {
+        const cJSON *e = cJSON_GetArrayItem(errs, i);
+        double p = json_num(e, "probability");
+        ck_assert(p <= last_p && p >= 0.5); /* most confident first; argmax of 2 is >= 0.5 */
+        last_p = p;
+        ck_assert_str_ne(cJSON_GetObjectItem(e, "true")->valuestring,
+                         cJSON_GetObjectItem(e, "predicted")->valuestring);
+        ck_assert(json_num(e, "line") >= 2);
+    }
+    cJSON_Delete(o);
+    result_free(&r);
+}
+END_TEST
+
+START_TEST(test_eval_unknown_label)
+{
+    char model[512], csv_path[512];
+    model_dir(model, sizeof model);
+    work_path(csv_path, sizeof csv_path, "unknown_label.csv");
+    write_file(csv_path, "review,sentiment\nA fine film.,positive\nSo-so.,neutral\n");
+    const char *args[] = {"eval", "--model", model, csv_path, NULL};
+    result r = run(args);
+    ck_assert_int_eq(r.status, 1);
+    ck_assert_str_eq(r.out, "");
+    ck_assert_int_eq(count_lines(r.err), 1);
+    ck_assert_msg(strstr(r.err, ":3:") && strstr(r.err, "neutral"), "stderr: %s", r.err);
+    result_free(&r);
+}
+END_TEST
+
+START_TEST(test_missing_model)
+{
+    const char *cmds[][6] = {
+        {"eval", "--model", "build/no/such/model", SAMPLE_TEST, NULL},
+        {"predict", "--model", "build/no/such/model", NULL},
+    };
+    for (int i = 0; i < 2; i++) {
+        result r = run_with_input(cmds[i], "good\n", 5);
+        ck_assert_int_eq(r.status, 1);
+        ck_assert_int_eq(count_lines(r.err), 1);
+        ck_assert_msg(strncmp(r.err, "attnctl: error: ", 16) == 0 &&
+                          strstr(r.err, "build/no/such/model"),
+                      "stderr: %s", r.err);
+        ck_assert_str_eq(r.out, "");
+        result_free(&r);
+    }
+}
+END_TEST
+
+START_TEST(test_usage_errors)
+{
+    char model[512];
+    model_dir(model, sizeof model);
+    const char *cmds[][6] = {
+        {"eval", "--model", model, SAMPLE_TEST, "--frobnicate", NULL},
+        {"predict", "--model", model, "--frobnicate", NULL},
+        {"bench", "--frobnicate", NULL},
+        {"predict", "--model", model, "--batch-size", "0", NULL},
+        {"predict", "--model", model, "--threshold", "1.5", NULL},
+        {"eval", "--model", model, NULL},
+        {"eval", SAMPLE_TEST, NULL},
+    };
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        result r = run(cmds[i]);
+        ck_assert_msg(r.status == 2, "%s case %zu: status %d", cmds[i][0], i, r.status);
+        ck_assert_str_eq(r.out, "");
+        ck_assert_ptr_nonnull(strstr(r.err, "--help"));
+        result_free(&r);
+    }
+}
+END_TEST
+
+START_TEST(test_help)
+{
+    const char *names[] = {"eval", "predict", "bench"};
+    for (int i = 0; i < 3; i++) {
+        const char *args[] = {names[i], "--help", NULL};
+        result r = run(args);
+        ck_assert_int_eq(r.status, 0);
+        char expect[64];
+        snprintf(expect, sizeof expect, "usage: attnctl %s", names[i]);
+        ck_assert_msg(strncmp(r.out, expect, strlen(expect)) == 0, "%s", r.out);
+        ck_assert_str_eq(r.err, "");
+        result_free(&r);
+    }
+}
+END_TEST
+
+/* ----------------------------------------------------------------- predict */
+
+/* Awkward input: empty line, blank line, CRLF, invalid UTF-8, NUL byte, a
+ * 1 MB line, no final newline. */
+static char *awkward_input(size_t *len, int *n_lines)
+{
+    static const char head[] = "A wonderful, moving film. Loved every minute.\n"
+                               "\n"
+                               "   \t \n"
+                               "This movie was terrible. Avoid it!\r\n"
+                               "Broken bytes \xff\xfe\xc3 here \xe2\x82 and \xed\xa0\x80 there\n"
+                               "a NUL \0 inside\n";
+    size_t head_len = sizeof head - 1; /* sizeof counts past the embedded NUL */
+    size_t big = 1 << 20;
+    const char *tail = "\nThe last line has no newline, and it is great";
+    size_t tail_len = strlen(tail);
+    char *s = malloc(head_len + big + tail_len);
+    memcpy(s, head, head_len);
+    for (size_t i = 0; i < big; i++)
+        s[head_len + i] = "great film "[i % 11];
+    memcpy(s + head_len + big, tail, tail_len);
+    *len = head_len + big + tail_len;
+    *n_lines = 8;
+    return s;
+}
+
+START_TEST(test_predict_awkward_lines)
+{
+    char model[512];
+    model_dir(model, sizeof model);
+    size_t len;
+    int n_lines;
+    char *input = awkward_input(&len, &n_lines);
+    const char *args[] = {"predict", "--model", model, NULL};
+    result r = run_with_input(args, input, len);
+    ck_assert_msg(r.status == 0, "status %d, stderr: %s", r.status, r.err);
+    ck_assert_str_eq(r.err, "");
+    ck_assert_int_eq(count_lines(r.out), n_lines);
+    char *lines[16];
+    ck_assert_int_eq(split_lines(r.out, lines, 16), n_lines);
+    for (int i = 0; i < n_lines; i++) {
+        if (i == 1 || i == 2) {
+            ck_assert_str_eq(lines[i], "<empty>");
+            continue;
+        }
+        char label[64];
+        double p;
+        ck_assert_msg(sscanf(lines[i], "%63[^\t]\t%lf", label, &p) == 2, "line %d: %s", i,
+                      lines[i]);
+        ck_assert_msg(strcmp(label, "positive") == 0 || strcmp(label, "negative") == 0, "%s",
+                      label);
+        ck_assert(p >= 0.5 && p <= 1.0);
+    }
+    /* The sample's vocabulary makes these two easy. */
+    ck_assert_msg(strncmp(lines[0], "positive\t", 9) == 0, "%s", lines[0]);
+    ck_assert_msg(strncmp(lines[3], "negative\t", 9) == 0, "%s", lines[3]);
+    free(input);
+    result_free(&r);
+}
+END_TEST
+
+START_TEST(test_predict_json)
+{
+    char model[512];
+    model_dir(model, sizeof model);
+    size_t len;
+    int n_lines;
+    char *input = awkward_input(&len, &n_lines);
+    const char *args[] = {"predict", "--model", model, "--json", "--batch-size", "3", NULL};
+    result r = run_with_input(args, input, len);
+    ck_assert_msg(r.status == 0, "status %d, stderr: %s", r.status, r.err);
+    char *lines[16];
+    ck_assert_int_eq(split_lines(r.out, lines, 16), n_lines);
+    for (int i = 0; i < n_lines; i++) {
+        cJSON *o = cJSON_Parse(lines[i]);
+        ck_assert_msg(o != NULL, "line %d not JSON: %s", i, lines[i]);
+        const cJSON *label = cJSON_GetObjectItemCaseSensitive(o, "label");
+        if (i == 1 || i == 2) {
+            ck_assert(cJSON_IsNull(label));
+            ck_assert_str_eq(cJSON_GetObjectItem(o, "error")->valuestring, "empty");
+            cJSON_Delete(o);
+            continue;
+        }
+        ck_assert(cJSON_IsString(label));
+        const cJSON *probs = cJSON_GetObjectItemCaseSensitive(o, "probabilities");
+        double pn = json_num(probs, "negative"), pp = json_num(probs, "positive");
+        ck_assert_double_eq_tol(pn + pp, 1.0, 2e-6);
+        double p = json_num(o, "probability");
+        ck_assert_double_eq_tol(p, strcmp(label->valuestring, "positive") == 0 ? pp : pn, 1e-9);
+        ck_assert(json_num(o, "tokens") >= 1);
+        const cJSON *trunc = cJSON_GetObjectItemCaseSensitive(o, "truncated");
+        ck_assert(cJSON_IsBool(trunc));
+        if (i == 6) /* the 1 MB line */
+            ck_assert(cJSON_IsTrue(trunc) && json_num(o, "tokens") > 1000);
+        if (i == 0)
+            ck_assert(cJSON_IsFalse(trunc));
+        cJSON_Delete(o);
+    }
+    free(input);
+    result_free(&r);
+}
+END_TEST
+
+START_TEST(test_predict_threshold)
+{
+    char model[512];
+    model_dir(model, sizeof model);
+    const char *input = "A wonderful film.\nTerrible, avoid it.\nSo-so.\n";
+    const char *low[] = {"predict", "--model", model, "--threshold", "0", NULL};
+    result r = run_with_input(low, input, strlen(input));
+    ck_assert_int_eq(r.status, 0);
+    char *lines[8];
+    ck_assert_int_eq(split_lines(r.out, lines, 8), 3);
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(strncmp(lines[i], "positive\t", 9) == 0, "%s", lines[i]);
+    result_free(&r);
+    const char *high[] = {"predict", "--model", model, "--threshold", "1", NULL};
+    r = run_with_input(high, input, strlen(input));
+    ck_assert_int_eq(r.status, 0);
+    ck_assert_int_eq(split_lines(r.out, lines, 8), 3);
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(strncmp(lines[i], "negative\t", 9) == 0, "%s", lines[i]);
+    result_free(&r);
+}
+END_TEST
+
+/* Per-line predictions do not depend on how lines are batched, and equal the
+ * CSV path (the one eval uses); eval's accuracy equals the lines' accuracy. */
+START_TEST(test_predict_matches_eval)
+{
+    char model[512];
+    model_dir(model, sizeof model);
+    sample_rows s;
+    read_sample(&s);
+    char *input = NULL;
+    size_t len = 0, cap = 0;
+    append(&input, &len, &cap, "", 0);
+    for (int i = 0; i < SAMPLE_TEST_ROWS; i++) {
+        append(&input, &len, &cap, s.texts[i], strlen(s.texts[i]));
+        append(&input, &len, &cap, "\n", 1);
+    }
+    const char *b1[] = {"predict", "--model", model, "--json", "--batch-size", "1", NULL};
+    const char *b7[] = {"predict", "--model", model, "--json", "--batch-size", "7", NULL};
+    const char *csv[] = {"predict", "--model", model, "--json", "--csv", SAMPLE_TEST, NULL};
+    result r1 = run_with_input(b1, input, len);
+    result r7 = run_with_input(b7, input, len);
+    result rc = run(csv);
+    ck_assert_int_eq(r1.status, 0);
+    ck_assert_int_eq(r7.status, 0);
+    ck_assert_msg(rc.status == 0, "stderr %s", rc.err);
+    ck_assert_int_eq(count_lines(r1.out), SAMPLE_TEST_ROWS);
+    ck_assert_str_eq(r1.out, r7.out);
+    ck_assert_str_eq(r1.out, rc.out);
+
+    char *lines[SAMPLE_TEST_ROWS + 1];
+    ck_assert_int_eq(split_lines(r1.out, lines, SAMPLE_TEST_ROWS + 1), SAMPLE_TEST_ROWS);
+    int correct = 0;
+    for (int i = 0; i < SAMPLE_TEST_ROWS; i++) {
+        cJSON *o = cJSON_Parse(lines[i]);
+        ck_assert_ptr_nonnull(o);
+        correct += strcmp(cJSON_GetObjectItem(o, "label")->valuestring, s.labels[i]) == 0;
+        cJSON_Delete(o);
+    }
+    const char *ev[] = {"eval", "--model", model, SAMPLE_TEST, "--json", NULL};
+    result re = run(ev);
+    ck_assert_int_eq(re.status, 0);
+    cJSON *o = cJSON_Parse(re.out);
+    ck_assert_ptr_nonnull(o);
+    ck_assert_double_eq_tol(json_num(o, "accuracy"), correct / (double)SAMPLE_TEST_ROWS, 1e-12);
+    cJSON_Delete(o);
+    result_free(&re);
+    result_free(&r1);
+    result_free(&r7);
+    result_free(&rc);
+    free(input);
+    free_sample(&s);
+}
+END_TEST
+
+/* Reads one line from fd within timeout seconds. */
+static int read_line_timeout(int fd, char *buf, size_t cap, double timeout)
+{
+    size_t n = 0;
+    double end = now_s() + timeout;
+    while (n + 1 < cap) {
+        struct pollfd p = {fd, POLLIN, 0};
+        int left = (int)((end - now_s()) * 1000);
+        if (left <= 0 || poll(&p, 1, left) <= 0)
+            return -1;
+        char c;
+        if (read(fd, &c, 1) != 1)
+            return -1;
+        if (c == '\n')
+            break;
+        buf[n++] = c;
+    }
+    buf[n] = '\0';
+    return (int)n;
+}
+
+START_TEST(test_predict_interactive)
+{
+    char model[512];
+    model_dir(model, sizeof model);
+    const char *args[] = {"predict", "--model", model, NULL};
+    child c;
+    spawn(&c, args);
+    const char *reviews[] = {"A wonderful film, loved every minute.\n",
+                             "This movie was terrible. Avoid it!\n",
+                             "\n",
+                             "Beautifully shot, a real gem.\n"};
+    const char *expect[] = {"positive\t", "negative\t", "<empty>", "positive\t"};
+    char line[256];
+    for (int i = 0; i < 4; i++) {
+        /* Only the next line is written after the answer to the previous one. */
+        ck_assert_int_eq(write(c.in, reviews[i], strlen(reviews[i])), (ssize_t)strlen(reviews[i]));
+        ck_assert_msg(read_line_timeout(c.out, line, sizeof line, 10.0) >= 0,
+                      "no answer to line %d within 10 s", i + 1);
+        ck_assert_msg(strncmp(line, expect[i], strlen(expect[i])) == 0, "line %d: %s", i + 1,
+                      line);
+    }
+    close(c.in);
+    ck_assert_int_eq(read_line_timeout(c.out, line, sizeof line, 10.0), -1); /* EOF, no more */
+    int status = wait_child(&c, 10.0);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    close(c.out);
+    close(c.err);
+}
+END_TEST
+
+START_TEST(test_predict_closed_stdout)
+{
+    char model[512];
+    model_dir(model, sizeof model);
+    const char *args[] = {"predict", "--model", model, NULL};
+    child c;
+    spawn(&c, args);
+    char line[256];
+    const char *review = "A wonderful film, loved every minute.\n";
+    ck_assert_int_eq(write(c.in, review, strlen(review)), (ssize_t)strlen(review));
+    ck_assert_int_ge(read_line_timeout(c.out, line, sizeof line, 10.0), 0);
+    close(c.out); /* like `| head -1` */
+    /* Keep feeding until predict notices and stops (EPIPE on our side then). */
+    for (int i = 0; i < 20000; i++)
+        if (write(c.in, review, strlen(review)) < 0)
+            break;
+    close(c.in);
+    int status = wait_child(&c, 20.0);
+    ck_assert_msg(WIFEXITED(status), "killed by signal %d", WTERMSIG(status));
+    ck_assert_int_eq(WEXITSTATUS(status), 0);
+    char err[512];
+    ssize_t n = read(c.err, err, sizeof err - 1);
+    ck_assert_msg(n == 0, "stderr: %.*s", (int)(n > 0 ? n : 0), err);
+    close(c.err);
+}
+END_TEST
+
+/* ------------------------------------------------------------------- bench */
+
+START_TEST(test_bench_json)
+{
+    const char *args[] = {"bench", "--steps", "1", "--json", "--batch-size", "4",
+                          "--max-len", "32", "--threads", "1", NULL};
+    result r = run(args);
+    ck_assert_msg(r.status == 0, "status %d, stderr: %s", r.status, r.err);
+    cJSON *o = cJSON_Parse(r.out);
+    ck_assert_msg(o != NULL, "not JSON: %s", r.out);
+    ck_assert(json_num(o, "train_tokens_per_s") > 0);
+    ck_assert(json_num(o, "infer_tokens_per_s") > 0);
+    ck_assert(json_num(o, "train_gflops") > 0);
+    ck_assert(json_num(o, "infer_gflops") > 0);
+    ck_assert(json_num(o, "peak_rss_mb") > 0);
+    ck_assert_int_eq((int)json_num(o, "seq_len"), 32);
+    ck_assert_int_eq((int)json_num(o, "batch_size"), 4);
+    ck_assert_int_eq((int)json_num(o, "threads"), 1);
+    /* FLOPs per token as torch_ref.py counts them. */
+    double L = json_num(o, "layers"), d = json_num(o, "d_model"), ff = json_num(o, "d_ff");
+    double C = json_num(o, "n_classes");
+    ck_assert_double_eq_tol(json_num(o, "flops_per_token_fwd"),
+                            L * (8 * d * d + 4 * d * ff) + L * 4 * 32 * d + 2 * d * C, 1e-6);
+    ck_assert_double_eq_tol(json_num(o, "train_gflops"),
+                            json_num(o, "train_tokens_per_s") * 3 *
+                                json_num(o, "flops_per_token_fwd") / 1e9,
+                            1e-6);
+    ck_assert(cJSON_IsNull(cJSON_GetObjectItem(o, "text_seconds"))); /* no --data */
+    ck_assert_ptr_nonnull(cJSON_GetObjectItem(o, "peak_share"));
+    cJSON_Delete(o);
+    result_free(&r);
+}
+END_TEST
+
+START_TEST(test_bench_text_only)
+{
+    const char *args[] = {"bench", "--steps", "0", "--json", "--data", SAMPLE_TRAIN, NULL};
+    result r = run(args);
+    ck_assert_msg(r.status == 0, "status %d, stderr: %s", r.status, r.err);
+    cJSON *o = cJSON_Parse(r.out);
+    ck_assert_ptr_nonnull(o);
+    ck_assert_int_eq((int)json_num(o, "rows"), 600);
+    ck_assert(json_num(o, "tokens") > 600 * 5);
+    ck_assert(json_num(o, "text_seconds") > 0);
+    ck_assert(cJSON_IsNull(cJSON_GetObjectItem(o, "train_tokens_per_s")));
+    cJSON_Delete(o);
+    result_free(&r);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ fixture */
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+/* Trains the tiny model the tests use (once per run of this suite), into a
+ * fresh directory: `attnctl train` refuses to overwrite a model. */
+static int train_fixture(void)
+{
+    char dir[512], model[512];
+    work_path(dir, sizeof dir, "");
+    mkdir(dir, 0777);
+    model_dir(model, sizeof model);
+    nftw(model, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    const char *args[] = {"train", SAMPLE_TRAIN, "--out", model, "--layers", "1", "--d-model", "16",
+                          "--heads", "2", "--ff", "32", "--max-len", "64", "--epochs", "12", "--lr", "0.005",
+                          "--batch-size", "16", "--seed", "7", "--quiet", NULL};
+    child c;
+    spawn(&c, args);
+    close(c.in);
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(c.err, buf, sizeof buf)) > 0)
+        fwrite(buf, 1, (size_t)n, stderr);
+    int status = wait_child(&c, 120.0);
+    close(c.out);
+    close(c.err);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
+
+/* Runs first (tests of a TCase run in order); later tests use its model. */
+START_TEST(test_train_fixture)
+{
+    ck_assert_msg(train_fixture() == 0, "training the fixture model with `attnctl train` failed");
+}
+END_TEST
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    if (access(attnctl_path(), X_OK) != 0) {
+        fprintf(stderr, "test_cli: %s is not built\n", attnctl_path());
+        return 1;
+    }
+    Suite *s = suite_create("cli");
+    TCase *tc = tcase_create("e2e");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_help);
+    tcase_add_test(tc, test_usage_errors);
+    tcase_add_test(tc, test_missing_model);
+    tcase_add_test(tc, test_bench_json);
+    tcase_add_test(tc, test_bench_text_only);
+    tcase_add_test(tc, test_train_fixture);
+    {
+        tcase_add_test(tc, test_eval_table);
+        tcase_add_test(tc, test_eval_json);
+        tcase_add_test(tc, test_eval_unknown_label);
+        tcase_add_test(tc, test_predict_awkward_lines);
+        tcase_add_test(tc, test_predict_json);
+        tcase_add_test(tc, test_predict_threshold);
+        tcase_add_test(tc, test_predict_matches_eval);
+        tcase_add_test(tc, test_predict_interactive);
+        tcase_add_test(tc, test_predict_closed_stdout);
+    }
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failures = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failures != 0;
+}
