@@ -9,15 +9,19 @@ imdb=../shared/data/imdb
 if [ -f "$imdb/train.csv.gz" ] && [ -f "$imdb/test.csv.gz" ]; then
     echo "demo: training on IMDB ($imdb/train.csv.gz, 25,000 reviews) with models/default.json"
     train=$imdb/train.csv.gz; test=$imdb/test.csv.gz; out=models/imdb; config=models/default.json
+    extra=""
 else
     echo "demo: $imdb not found; training on the project's small sample (data/sample_train.csv)"
     train=data/sample_train.csv; test=data/sample_test.csv; out=models/sample; config=models/seed.json
+    # 600 short reviews: more epochs and a larger step than IMDB needs
+    extra="--epochs 15 --lr 0.005"
 fi
 if [ -f "$out/model.safetensors" ]; then
     echo "demo: $out already holds a model; using it (rm -r $out to train again)"
 else
     rm -rf "$out"
-    "$bin" train --config "$config" "$train" --out "$out"
+    # shellcheck disable=SC2086
+    "$bin" train --config "$config" $extra "$train" --out "$out"
 fi
 echo "demo: evaluating on $test"
 "$bin" eval --model "$out" "$test" --errors 3
