@@ -65,6 +65,7 @@ typedef struct {
     long batches_per_epoch;
     int resumed;                  /* 1 when continuing a checkpoint (step = where it resumed) */
     int64_t n_train_tokens, n_unk_tokens, n_truncated; /* of the training corpus */
+    double padding_fraction;      /* share of the first epoch's batch positions that are padding */
 } ac_train_progress;
 
 typedef void (*ac_train_progress_fn)(const ac_train_progress *p, void *user);

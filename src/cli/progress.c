@@ -86,9 +86,9 @@ static void print_begin(const ac_train_progress *ev)
                        ? 100.0 * (double)ev->n_truncated / (double)(ev->n_train + ev->n_val)
                        : 0.0;
     fprintf(stderr,
-            "attnctl: %s tokens (%.1f%% unknown, %.1f%% of texts truncated); %ld steps "
-            "(%ld per epoch x %d epochs)\n",
-            tokens, unk, trunc, ev->total_steps, ev->batches_per_epoch, ev->epochs);
+            "attnctl: %s tokens (%.1f%% unknown, %.1f%% of texts truncated, %.1f%% of batch "
+            "positions padding); %ld steps (%ld per epoch x %d epochs)\n",
+            tokens, unk, trunc, 100.0 * ev->padding_fraction, ev->total_steps, ev->batches_per_epoch, ev->epochs);
     if (ev->stop_step < ev->total_steps)
         fprintf(stderr, "attnctl: stopping at step %ld (--max-steps)\n", ev->stop_step);
     if (ev->n_val == 0)

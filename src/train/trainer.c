@@ -752,6 +752,9 @@ static void fill_progress(const trainer *t, const session_stats *s, ac_train_eve
     p->n_train_tokens = t->train_corpus.n_tokens;
     p->n_unk_tokens = t->train_corpus.n_unk;
     p->n_truncated = t->train_corpus.n_truncated;
+    p->padding_fraction = t->plan.padded_tokens > 0
+                              ? 1.0 - (double)t->plan.real_tokens / (double)t->plan.padded_tokens
+                              : 0.0;
 }
 
 static void report(const trainer *t, const ac_train_progress *p)
