@@ -13,10 +13,10 @@ DEB_CHECK_PKGS := $(DEB_BUILD_PKGS) python3 valgrind groff-base
 DEB_CLANG_PKGS := clang libomp-dev libclang-rt-14-dev libfuzzer-14-dev
 
 WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
-OPT      ?= -O2 -march=native
+OPT      ?= -O3 -march=native
 CPPFLAGS += -Iinclude -D_GNU_SOURCE
 CFLAGS   ?=
-CFLAGS   += -std=c11 $(WARN) $(OPT) -fopenmp -g
+CFLAGS   += -std=c11 $(WARN) $(OPT) -ffp-contract=fast -fopenmp -g
 LDLIBS   := -lcjson -lcsv -lutf8proc -lz -lopenblas -lnettle -lm
 CHECK_LIBS := -lcheck_pic -lsubunit -lrt -pthread -lm
 

@@ -493,7 +493,7 @@ END_TEST
 /* ------------------------------------------------------------ attention */
 
 typedef struct {
-    float *out, *probs, *q, *k, *v;
+    float *out, *probs, *scratch, *q, *k, *v;
     const float *r_valid;
     const int32_t *lengths;
     int B, T, d, H;
@@ -503,7 +503,7 @@ typedef struct {
 static double attn_loss(void *p)
 {
     attn_ctx *c = p;
-    attention_forward(c->out, c->probs, c->q, c->k, c->v, c->lengths, c->B, c->T, c->d, c->H,
+    attention_forward(c->out, c->probs, c->scratch, c->q, c->k, c->v, c->d, c->lengths, c->B, c->T, c->d, c->H,
                       c->scale);
     return gc_dot(c->out, c->r_valid, (size_t)c->B * c->T * c->d);
 }
@@ -514,7 +514,8 @@ START_TEST(test_attention_gradient_with_padding)
     const float scale = 1.0f / sqrtf((float)hd);
     size_t n = (size_t)B * T * d, n_probs = (size_t)B * H * T * T;
     float *q = vec(n), *k = vec(n), *v = vec(n), *out = vec(n), *probs = vec(n_probs);
-    float *r = vec(n), *dq = vec(n), *dk = vec(n), *dv = vec(n), *scratch = vec(n_probs);
+    float *r = vec(n), *dq = vec(n), *dk = vec(n), *dv = vec(n);
+    float *scratch = vec(attention_scratch_floats(B, T, d, H));
     /* Scores of a few units: softmax rows neither flat nor one-hot. */
     fill_uniform(q, n, 701, -2, 2);
     fill_uniform(k, n, 702, -2, 2);
@@ -528,7 +529,7 @@ START_TEST(test_attention_gradient_with_padding)
         out[i] = NAN;
     for (size_t i = 0; i < n_probs; i++)
         probs[i] = NAN;
-    attention_forward(out, probs, q, k, v, small_lengths, B, T, d, H, scale);
+    attention_forward(out, probs, scratch, q, k, v, d, small_lengths, B, T, d, H, scale);
 
     /* Forward against a double reference; pad keys exactly 0, pad query rows zero. */
     for (int b = 0; b < B; b++) {
@@ -581,41 +582,41 @@ START_TEST(test_attention_gradient_with_padding)
             k2[at] = 1e3f;
             v2[at] = -1e3f;
         }
-    attention_forward(out2, probs2, q2, k2, v2, small_lengths, B, T, d, H, scale);
+    attention_forward(out2, probs2, scratch, q2, k2, v2, d, small_lengths, B, T, d, H, scale);
     ck_assert(memcmp(out, out2, n * sizeof(float)) == 0);
     ck_assert(memcmp(probs, probs2, n_probs * sizeof(float)) == 0);
 
     /* dout is nonzero on pad rows too: none of it may reach q, k or v. */
-    attention_backward(dq, dk, dv, scratch, r, q, k, v, probs, small_lengths, B, T, d, H, scale);
+    attention_backward(dq, dk, dv, scratch, r, q, k, v, d, probs, small_lengths, B, T, d, H, scale);
     for (int t = small_lengths[1]; t < T; t++) {
         size_t at = ((size_t)1 * T + t) * d;
         assert_all_zero("dq[pad]", dq + at, d);
         assert_all_zero("dk[pad]", dk + at, d);
         assert_all_zero("dv[pad]", dv + at, d);
     }
-    attn_ctx c = {out, probs, q, k, v, r_valid, small_lengths, B, T, d, H, scale};
+    attn_ctx c = {out, probs, scratch, q, k, v, r_valid, small_lengths, B, T, d, H, scale};
     check_grad("attention", "dq", q, dq, n, attn_loss, &c);
     check_grad("attention", "dk", k, dk, n, attn_loss, &c);
     check_grad("attention", "dv", v, dv, n, attn_loss, &c);
     attn_loss(&c); /* probs of the unperturbed inputs again */
 
     float *dq1 = copy_of(dq, n), *dk1 = copy_of(dk, n), *dv1 = copy_of(dv, n);
-    attention_backward(dq, dk, dv, scratch, r, q, k, v, probs, small_lengths, B, T, d, H, scale);
+    attention_backward(dq, dk, dv, scratch, r, q, k, v, d, probs, small_lengths, B, T, d, H, scale);
     check_doubled("dq", dq, dq1, n);
     check_doubled("dk", dk, dk1, n);
     check_doubled("dv", dv, dv1, n);
 
     /* NULL gradients: the others are unchanged bit for bit. */
     memset(dk, 0, n * sizeof(float));
-    attention_backward(NULL, dk, NULL, scratch, r, q, k, v, probs, small_lengths, B, T, d, H,
+    attention_backward(NULL, dk, NULL, scratch, r, q, k, v, d, probs, small_lengths, B, T, d, H,
                        scale);
     ck_assert(memcmp(dk, dk1, n * sizeof(float)) == 0);
     memset(dv, 0, n * sizeof(float));
-    attention_backward(NULL, NULL, dv, scratch, r, q, k, v, probs, small_lengths, B, T, d, H,
+    attention_backward(NULL, NULL, dv, scratch, r, q, k, v, d, probs, small_lengths, B, T, d, H,
                        scale);
     ck_assert(memcmp(dv, dv1, n * sizeof(float)) == 0);
     memset(dq, 0, n * sizeof(float));
-    attention_backward(dq, NULL, NULL, scratch, r, q, k, v, probs, small_lengths, B, T, d, H,
+    attention_backward(dq, NULL, NULL, scratch, r, q, k, v, d, probs, small_lengths, B, T, d, H,
                        scale);
     ck_assert(memcmp(dq, dq1, n * sizeof(float)) == 0);
 
@@ -646,6 +647,7 @@ START_TEST(test_attention_golden_example)
             wv[o * 4 + i] = w_value[i][o];
         }
     float keys[9], queries[9], values[9], out[9], probs[9];
+    float *scratch = vec(attention_scratch_floats(1, 3, 3, 1));
     linear_forward(keys, x, wk, NULL, 3, 4, 3);
     linear_forward(queries, x, wq, NULL, 3, 4, 3);
     linear_forward(values, x, wv, NULL, 3, 4, 3);
@@ -658,12 +660,103 @@ START_TEST(test_attention_golden_example)
         ck_assert(values[i] == want_values[i]);
     }
     const int32_t len[1] = {3};
-    attention_forward(out, probs, queries, keys, values, len, 1, 3, 3, 1, 1.0f);
+    attention_forward(out, probs, scratch, queries, keys, values, 3, len, 1, 3, 3, 1, 1.0f);
     for (int t = 0; t < 3; t++)
         for (int i = 0; i < 3; i++)
             ck_assert_msg(fabs(out[t * 3 + i] - want[t][i]) <= 1e-3,
                           "out[%d][%d] = %.5f, want %.4f",
                           t, i, out[t * 3 + i], want[t][i]);
+    free(scratch);
+}
+END_TEST
+
+/* The blocked kernels at a size with full vectors and partial ones (T = 37,
+ * head size 24), q/k/v packed side by side as the model stores them, against
+ * a double-precision reference of the forward and of all three gradients. */
+START_TEST(test_attention_packed_against_reference)
+{
+    enum { B = 2, T = 37, D = 48, H = 2, HD = D / H };
+    const int32_t lengths[B] = {37, 20};
+    const float scale = 1.0f / sqrtf((float)HD);
+    size_t n = (size_t)B * T * D, n3 = 3 * n, n_probs = (size_t)B * H * T * T;
+    float *qkv = vec(n3), *out = vec(n), *probs = vec(n_probs), *dout = vec(n), *dqkv = vec(n3);
+    float *scratch = vec(attention_scratch_floats(B, T, D, H));
+    fill_uniform(qkv, n3, 1501, -1.5f, 1.5f);
+    fill_uniform(dout, n, 1502, -1, 1);
+    attention_forward(out, probs, scratch, qkv, qkv + D, qkv + 2 * D, 3 * D, lengths, B, T, D, H,
+                      scale);
+    attention_backward(dqkv, dqkv + D, dqkv + 2 * D, scratch, dout, qkv, qkv + D, qkv + 2 * D,
+                       3 * D, probs, lengths, B, T, D, H, scale);
+    double worst_out = 0, worst_grad = 0;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            int len = lengths[b];
+            double p[T][T], dp[T][T];
+            const float *base = qkv + (size_t)b * T * 3 * D + h * HD;
+#define QKV(t, which, i) ((double)base[(size_t)(t) * 3 * D + (which) * D + (i)])
+            for (int t = 0; t < len; t++) {
+                double mx = -1e300, sum = 0;
+                for (int s = 0; s < len; s++) {
+                    double dot = 0;
+                    for (int i = 0; i < HD; i++)
+                        dot += QKV(t, 0, i) * QKV(s, 1, i);
+                    p[t][s] = dot * scale;
+                    mx = p[t][s] > mx ? p[t][s] : mx;
+                }
+                for (int s = 0; s < len; s++)
+                    sum += p[t][s] = exp(p[t][s] - mx);
+                for (int s = 0; s < len; s++) {
+                    p[t][s] /= sum;
+                    float got = probs[(((size_t)b * H + h) * T + t) * T + s];
+                    worst_out = fmax(worst_out, fabs(got - p[t][s]));
+                }
+                for (int s = len; s < T; s++)
+                    ck_assert(probs[(((size_t)b * H + h) * T + t) * T + s] == 0.0f);
+                for (int i = 0; i < HD; i++) {
+                    double o = 0;
+                    for (int s = 0; s < len; s++)
+                        o += p[t][s] * QKV(s, 2, i);
+                    worst_out = fmax(worst_out, fabs(out[((size_t)b * T + t) * D + h * HD + i] - o));
+                }
+            }
+            /* gradients */
+            const float *go = dout + (size_t)b * T * D + h * HD;
+            for (int t = 0; t < len; t++) {
+                double pdp = 0;
+                for (int s = 0; s < len; s++) {
+                    double dot = 0;
+                    for (int i = 0; i < HD; i++)
+                        dot += (double)go[(size_t)t * D + i] * QKV(s, 2, i);
+                    dp[t][s] = dot;
+                    pdp += p[t][s] * dot;
+                }
+                for (int s = 0; s < len; s++)
+                    dp[t][s] = p[t][s] * (dp[t][s] - pdp) * scale; /* dscore */
+            }
+            const float *g = dqkv + (size_t)b * T * 3 * D + h * HD;
+            for (int r = 0; r < len; r++)
+                for (int i = 0; i < HD; i++) {
+                    double dq = 0, dk = 0, dv = 0;
+                    for (int s = 0; s < len; s++) {
+                        dq += dp[r][s] * QKV(s, 1, i);
+                        dk += dp[s][r] * QKV(s, 0, i);
+                        dv += p[s][r] * (double)go[(size_t)s * D + i];
+                    }
+                    const float *gr = g + (size_t)r * 3 * D;
+                    worst_grad = fmax(worst_grad, fabs(gr[i] - dq));
+                    worst_grad = fmax(worst_grad, fabs(gr[D + i] - dk));
+                    worst_grad = fmax(worst_grad, fabs(gr[2 * D + i] - dv));
+                }
+            for (int r = len; r < T; r++) /* pad rows get no gradient */
+                for (int i = 0; i < 3 * D; i++)
+                    ck_assert(g[(size_t)r * 3 * D + i - h * HD] == 0.0f);
+#undef QKV
+        }
+    printf("attention packed T=%d hd=%d: forward max|err| %.2e, gradients max|err| %.2e\n", T, HD,
+           worst_out, worst_grad);
+    ck_assert_msg(worst_out < 1e-5, "forward error %g", worst_out);
+    ck_assert_msg(worst_grad < 1e-5, "gradient error %g", worst_grad);
+    free(qkv); free(out); free(probs); free(dout); free(dqkv); free(scratch);
 }
 END_TEST
 
@@ -972,7 +1065,8 @@ static void det_run_layers(det_run *run, int threads)
     size_t n = (size_t)N * DD, n_lin = (size_t)N * DOUT, n_probs = (size_t)DB * DH * DT * DT;
     float *x = vec(n), *q = vec(n), *k = vec(n), *v = vec(n), *g = vec(n), *g_lin = vec(n_lin);
     float *wte = vec((size_t)DV * DD), *pos = vec((size_t)DT * DD), *w = vec((size_t)DOUT * DD);
-    float *bias = vec(DOUT), *lnw = vec(DD), *lnb = vec(DD), *scratch = vec(n_probs);
+    float *bias = vec(DOUT), *lnw = vec(DD), *lnb = vec(DD);
+    float *scratch = vec(attention_scratch_floats(DB, DT, DD, DH));
     int32_t *ids = malloc((size_t)N * sizeof(int32_t));
     int32_t *argmax = malloc((size_t)DB * DD * sizeof(int32_t));
     ck_assert(ids && argmax);
@@ -1005,10 +1099,10 @@ static void det_run_layers(det_run *run, int threads)
 
     float *probs = det_add(run, "attn probs", n_probs);
     float scale = 1.0f / sqrtf((float)(DD / DH));
-    attention_forward(det_add(run, "attn out", n), probs, q, k, v, det_lengths, DB, DT, DD, DH,
+    attention_forward(det_add(run, "attn out", n), probs, scratch, q, k, v, DD, det_lengths, DB, DT, DD, DH,
                       scale);
     attention_backward(det_add(run, "attn dq", n), det_add(run, "attn dk", n),
-                       det_add(run, "attn dv", n), scratch, g, q, k, v, probs, det_lengths, DB, DT,
+                       det_add(run, "attn dv", n), scratch, g, q, k, v, DD, probs, det_lengths, DB, DT,
                        DD, DH, scale);
 
     float *mask = det_add(run, "dropout mask", n);
@@ -1066,6 +1160,7 @@ int main(void)
     tcase_add_test(tc, test_dropout_gradient_and_mask);
     tcase_add_test(tc, test_attention_gradient_with_padding);
     tcase_add_test(tc, test_attention_golden_example);
+    tcase_add_test(tc, test_attention_packed_against_reference);
     tcase_add_test(tc, test_ffn_gradient);
     tcase_add_test(tc, test_pool_max_gradient);
     tcase_add_test(tc, test_pool_mean_gradient);

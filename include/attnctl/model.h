@@ -42,6 +42,8 @@ typedef struct {
 } ac_param_info;
 
 /* Pointers into the flat buffer for one encoder layer. */
+/* q_w, k_w and v_w are consecutive in the flat buffer, so q_w is also the
+ * [3d, d] weight of the fused q/k/v projection. */
 typedef struct {
     float *q_w, *k_w, *v_w, *out_w, *out_b;
     float *ln1_w, *ln1_b;
@@ -65,7 +67,7 @@ typedef struct {
     float *embed_ln, *embed_mean, *embed_rstd; /* [B,T,d], [B,T], [B,T] */
     float *embed_out;                 /* [B,T,d] after dropout: input of layer 0 */
     float *embed_mask;                /* dropout mask [B,T,d] */
-    float *q[AC_MAX_LAYERS], *k[AC_MAX_LAYERS], *v[AC_MAX_LAYERS];
+    float *qkv[AC_MAX_LAYERS];        /* [B,T,3d]: q, k, v side by side (one projection) */
     float *probs[AC_MAX_LAYERS];      /* [B,H,T,T] attention probabilities */
     float *attn[AC_MAX_LAYERS];       /* [B,T,d] concatenated heads */
     float *attn_proj[AC_MAX_LAYERS];  /* [B,T,d] after out projection */
@@ -85,10 +87,28 @@ typedef struct {
     /* backward scratch */
     float *grad_a, *grad_b, *grad_c, *grad_ff; /* [B,T,d] x3, [B,T,ff] */
     float *grad_fc1;                  /* [B,T,ff] gradient before the ReLU */
-    float *grad_q, *grad_k, *grad_v;  /* [B,T,d] attention input gradients */
-    float *grad_probs;                /* [B,H,T,T] */
+    float *grad_qkv;                  /* [B,T,3d] attention input gradients */
+    float *attn_scratch;              /* attention_scratch_floats(B, T, d, H) */
     float *grad_pooled, *grad_logits; /* [B,d], [B,C] */
 } ac_activations;
+
+/* Parts of the model whose wall time is accumulated while profile.enabled,
+ * so `attnctl bench` can show where a step's time goes. */
+enum {
+    AC_PART_EMBED,     /* embedding + positions, its LayerNorm and dropout */
+    AC_PART_QKV,       /* the q, k, v projections */
+    AC_PART_ATTENTION, /* scores, masked softmax, weighted sum of values */
+    AC_PART_ATTN_OUT,  /* output projection */
+    AC_PART_ADD_NORM,  /* dropout, residual additions and the two LayerNorms */
+    AC_PART_FFN,       /* fc1, ReLU, fc2 */
+    AC_PART_HEAD,      /* pooling, classifier, loss */
+    AC_N_PARTS
+};
+typedef struct {
+    int enabled;
+    double forward[AC_N_PARTS], backward[AC_N_PARTS]; /* seconds */
+} ac_model_profile;
+const char *ac_model_part_name(int part);
 
 typedef struct {
     ac_model_config cfg;
@@ -101,6 +121,7 @@ typedef struct {
     ac_param_ptrs g; /* views into grads */
     float *pos_table; /* [max_len, d] fixed */
     ac_activations act;
+    ac_model_profile profile;
     /* state of the last forward, used by backward */
     int last_B, last_T, last_train;
     const int32_t *last_ids, *last_lengths, *last_labels;

@@ -59,16 +59,22 @@ void dropout_forward(float *out, float *mask, const float *in, float p, size_t n
 void dropout_backward(float *din, const float *dout, const float *mask, size_t n);
 
 /* ---- multi-head self-attention core (projections are separate linears) ----
- * q, k, v, out: [B, T, d], d = H * dk; heads are contiguous column blocks.
+ * q, k, v: rows of B*T positions with row stride ld (d when separate, 3d when
+ * packed side by side as one [N, 3d] projection); heads are contiguous column
+ * blocks of dk = d / H. out: [B, T, d].
  * probs: [B, H, T, T] softmax(q k^T * scale) with keys t >= lengths[b] masked
  * (probability exactly 0). Rows of pad queries (t >= lengths[b]) are left
- * zero in probs and out. scale is usually 1/sqrt(dk). */
-void attention_forward(float *out, float *probs, const float *q, const float *k, const float *v,
-                       const int32_t *lengths, int B, int T, int d, int H, float scale);
-/* dq, dk, dv += ...; dprobs_scratch is [B, H, T, T] (or larger) workspace, overwritten. */
-void attention_backward(float *dq, float *dk, float *dv, float *dprobs_scratch, const float *dout,
-                        const float *q, const float *k, const float *v, const float *probs,
-                        const int32_t *lengths, int B, int T, int d, int H, float scale);
+ * zero in probs and out. scale is usually 1/sqrt(dk).
+ * scratch: attention_scratch_floats(B, T, d, H) floats of workspace, overwritten. */
+size_t attention_scratch_floats(int B, int T, int d, int H);
+void attention_forward(float *out, float *probs, float *scratch, const float *q, const float *k,
+                       const float *v, int ld, const int32_t *lengths, int B, int T, int d, int H,
+                       float scale);
+/* dq, dk, dv (row stride ld) += ...; dout is [B, T, d]. */
+void attention_backward(float *dq, float *dk, float *dv, float *scratch, const float *dout,
+                        const float *q, const float *k, const float *v, int ld,
+                        const float *probs, const int32_t *lengths, int B, int T, int d, int H,
+                        float scale);
 
 /* ---- pooling over valid positions: [B, T, d] -> [B, d] ---- */
 typedef enum { AC_POOL_MAX = 0, AC_POOL_MEAN = 1, AC_POOL_CLS = 2 } ac_pooling;

@@ -222,6 +222,7 @@ typedef struct {
 
 typedef struct {
     double forward, backward, optimizer; /* ms per training step */
+    double part_forward[AC_N_PARTS], part_backward[AC_N_PARTS]; /* ms per step, by layer */
 } phase_ms;
 
 static void train_step(bench_model *b, long i, phase_ms *ph)
@@ -458,6 +459,12 @@ static int print_bench_json(const ac_config *cfg, const bench_result *r)
         cJSON_AddNumberToObject(ph, "forward", r->phases.forward);
         cJSON_AddNumberToObject(ph, "backward", r->phases.backward);
         cJSON_AddNumberToObject(ph, "optimizer", r->phases.optimizer);
+        cJSON *parts = cJSON_AddObjectToObject(o, "layer_ms");
+        for (int p = 0; p < AC_N_PARTS; p++) {
+            cJSON *part = cJSON_AddObjectToObject(parts, ac_model_part_name(p));
+            cJSON_AddNumberToObject(part, "forward", r->phases.part_forward[p]);
+            cJSON_AddNumberToObject(part, "backward", r->phases.part_backward[p]);
+        }
     }
     cJSON_AddNumberToObject(o, "peak_rss_mb", r->rss_mb);
     cJSON_AddItemToObject(o, "rows", number_or_null(ht, (double)r->text.rows));
@@ -505,6 +512,11 @@ static void print_bench_text(const ac_config *cfg, const bench_result *r)
         printf("   (median of %d x %ld steps)\n", BENCH_REPS, r->infer.steps_per_rep);
         printf("flops      %.0f per token forward, %.0f training\n", r->flops_fwd,
                3 * r->flops_fwd);
+        printf("layers     ms per training step, forward + backward:\n");
+        for (int p = 0; p < AC_N_PARTS; p++)
+            printf("           %-18s %7.2f + %7.2f\n", ac_model_part_name(p),
+                   r->phases.part_forward[p], r->phases.part_backward[p]);
+        printf("           %-18s %7.2f\n", "clip + AdamW", r->phases.optimizer);
     }
     if (r->peak.gflops > 0)
         printf("peak       %.1f GFLOP/s = %s\n", r->peak.gflops, r->peak.how);
@@ -576,11 +588,18 @@ int cmd_bench(int argc, char **argv)
         measure(&b, train_step, o.steps, &r.train);
         /* Phase split over a few more steps. */
         int n_phase = 3;
+        memset(&b.model.profile, 0, sizeof b.model.profile);
+        b.model.profile.enabled = 1;
         for (int i = 0; i < n_phase; i++)
             train_step(&b, i, &r.phases);
+        b.model.profile.enabled = 0;
         r.phases.forward /= n_phase;
         r.phases.backward /= n_phase;
         r.phases.optimizer /= n_phase;
+        for (int p = 0; p < AC_N_PARTS; p++) {
+            r.phases.part_forward[p] = 1e3 * b.model.profile.forward[p] / n_phase;
+            r.phases.part_backward[p] = 1e3 * b.model.profile.backward[p] / n_phase;
+        }
         measure(&b, infer_step, o.steps, &r.infer);
         r.have_model = 1;
         bench_model_free(&b);

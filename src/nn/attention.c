@@ -1,124 +1,307 @@
 /* Multi-head scaled dot-product self-attention core with a key padding mask.
+ *
  * One task per (batch item, head): each task reads and writes only its own
- * column block of q/k/v/out rows of item b and its own [T, T] block of probs,
- * so there are no races and no reduction across tasks (thread-count
- * independent results). */
+ * column block of the q/k/v/out rows of item b, its own [T, T] block of probs
+ * and its own piece of scratch, so there are no races and no reduction across
+ * tasks (results do not depend on the thread count).
+ *
+ * The products have one small dimension (the head size, 16 or 32 in the
+ * usual configurations), where a general BLAS spends most of its time
+ * packing. So each task packs its head once into zero-padded row-major
+ * blocks and runs one register-blocked kernel, small_gemm, for all six
+ * products; softmax, scaling and masking are one vectorised pass per row. */
 #include "attnctl/nn.h"
 
 #include <math.h>
 #include <string.h>
 
-void attention_forward(float *out, float *probs, const float *q, const float *k, const float *v,
-                       const int32_t *lengths, int B, int T, int d, int H, float scale)
+#include "simd.h"
+
+static int round_up(int n, int m) { return (n + m - 1) / m * m; }
+
+/* Per-task scratch, in floats: five packed [Tp, hdp] or [hdp, Tp] blocks and
+ * one [T, T] block for the gradient of the probabilities. */
+static size_t task_scratch_floats(int T, int d, int H)
 {
-    int dk = d / H;
-#pragma omp parallel for schedule(static)
-    for (int bh = 0; bh < B * H; bh++) {
-        int b = bh / H, h = bh % H;
-        int len = lengths[b];
-        size_t item = (size_t)b * T * d;
-        const float *qb = q + item + (size_t)h * dk;
-        const float *kb = k + item + (size_t)h * dk;
-        const float *vb = v + item + (size_t)h * dk;
-        float *ob = out + item + (size_t)h * dk;
-        float *pb = probs + (size_t)bh * T * T;
-        for (int t = 0; t < T; t++) {
-            float *p = pb + (size_t)t * T;
-            float *o = ob + (size_t)t * d;
-            if (t >= len) { /* pad query: row left zero */
-                memset(p, 0, sizeof(float) * (size_t)T);
-                memset(o, 0, sizeof(float) * (size_t)dk);
-                continue;
-            }
-            const float *qt = qb + (size_t)t * d;
-            float maxval = -INFINITY;
-            for (int s = 0; s < len; s++) {
-                const float *ks = kb + (size_t)s * d;
-                float dot = 0.0f;
-                for (int i = 0; i < dk; i++)
-                    dot += qt[i] * ks[i];
-                dot *= scale;
-                p[s] = dot;
-                if (dot > maxval)
-                    maxval = dot;
-            }
-            /* Subtracting the row max keeps expf from overflowing. */
-            float sum = 0.0f;
-            for (int s = 0; s < len; s++) {
-                p[s] = expf(p[s] - maxval);
-                sum += p[s];
-            }
-            float inv = 1.0f / sum;
-            for (int s = 0; s < len; s++)
-                p[s] *= inv;
-            for (int s = len; s < T; s++) /* masked keys: exactly 0 */
-                p[s] = 0.0f;
-            for (int i = 0; i < dk; i++)
-                o[i] = 0.0f;
-            for (int s = 0; s < len; s++) {
-                const float *vs = vb + (size_t)s * d;
-                float ps = p[s];
-                for (int i = 0; i < dk; i++)
-                    o[i] += ps * vs[i];
+    size_t Tp = (size_t)round_up(T, VF_LANES), hdp = (size_t)round_up(d / H, VF_LANES);
+    return 5 * Tp * hdp + (size_t)T * (size_t)T;
+}
+
+size_t attention_scratch_floats(int B, int T, int d, int H)
+{
+    return (size_t)B * (size_t)H * task_scratch_floats(T, d, H);
+}
+
+/* ---------------------------------------------------------------- kernel */
+
+#define MAX_ROWS 12
+#define MAX_VECS 4
+
+/* One block of C: R rows x NV vectors of 16 columns, accumulated in
+ * registers over all of K (the compiler unrolls it for constant R and NV).
+ * Only the first ncols columns are stored. */
+static inline __attribute__((always_inline)) void
+gemm_block(int R, int NV, int K, const float *A, size_t a_rs, size_t a_ks, const float *Bm,
+           size_t ldb, float *C, size_t ldc, int ncols, int accumulate)
+{
+    vf16 acc[MAX_ROWS][MAX_VECS];
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < NV; v++)
+            acc[r][v] = vf_splat(0.0f);
+    for (int k = 0; k < K; k++) {
+        const float *brow = Bm + (size_t)k * ldb;
+        const float *acol = A + (size_t)k * a_ks;
+        vf16 bv[MAX_VECS];
+        for (int v = 0; v < NV; v++)
+            bv[v] = vf_load(brow + v * VF_LANES);
+        for (int r = 0; r < R; r++) {
+            vf16 a = vf_splat(acol[(size_t)r * a_rs]);
+            for (int v = 0; v < NV; v++)
+                acc[r][v] += a * bv[v];
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        float *c = C + (size_t)r * ldc;
+        for (int v = 0; v < NV; v++) {
+            int n = ncols - v * VF_LANES;
+            if (n <= 0)
+                break;
+            vf16 x = acc[r][v];
+            if (n >= VF_LANES) {
+                if (accumulate)
+                    x += vf_load(c + v * VF_LANES);
+                vf_store(c + v * VF_LANES, x);
+            } else { /* the last, partial vector of the row */
+                float part[VF_LANES] = {0};
+                size_t bytes = sizeof(float) * (size_t)n;
+                if (accumulate) {
+                    memcpy(part, c + v * VF_LANES, bytes);
+                    x += vf_load(part);
+                }
+                vf_store(part, x);
+                memcpy(c + v * VF_LANES, part, bytes);
             }
         }
     }
 }
 
-void attention_backward(float *dq, float *dk, float *dv, float *dprobs_scratch, const float *dout,
-                        const float *q, const float *k, const float *v, const float *probs,
-                        const int32_t *lengths, int B, int T, int d, int H, float scale)
+/* C[M, N] (+)= A[M, K] B[K, N]. A is read as A[r * a_rs + k * a_ks], so it
+ * may be transposed; B is row-major with stride ldb and must be readable
+ * (zero padded) up to N rounded up to 16 columns; C has stride ldc and only
+ * its first N columns are written. Every element is one sum over k in
+ * ascending order. */
+static void small_gemm(int M, int N, int K, const float *A, size_t a_rs, size_t a_ks,
+                       const float *Bm, size_t ldb, float *C, size_t ldc, int accumulate)
 {
-    int hd = d / H; /* head dimension (dk would clash with the gradient name) */
+    for (int j = 0; j < N; j += MAX_VECS * VF_LANES) {
+        int ncols = N - j < MAX_VECS * VF_LANES ? N - j : MAX_VECS * VF_LANES;
+        int nv = (ncols + VF_LANES - 1) / VF_LANES;
+        const float *Bj = Bm + j;
+        float *Cj = C + j;
+        /* Rows per block: enough independent accumulators to hide the FMA
+         * latency, few enough to stay in the 32 vector registers. */
+        int R = nv == 1 ? 12 : nv == 2 ? 8 : 6;
+        int i = 0;
+        for (; i + R <= M; i += R) {
+            const float *Ai = A + (size_t)i * a_rs;
+            float *Ci = Cj + (size_t)i * ldc;
+            switch (nv) {
+            case 1: gemm_block(12, 1, K, Ai, a_rs, a_ks, Bj, ldb, Ci, ldc, ncols, accumulate); break;
+            case 2: gemm_block(8, 2, K, Ai, a_rs, a_ks, Bj, ldb, Ci, ldc, ncols, accumulate); break;
+            case 3: gemm_block(6, 3, K, Ai, a_rs, a_ks, Bj, ldb, Ci, ldc, ncols, accumulate); break;
+            default: gemm_block(6, 4, K, Ai, a_rs, a_ks, Bj, ldb, Ci, ldc, ncols, accumulate); break;
+            }
+        }
+        for (; i < M; i++) {
+            const float *Ai = A + (size_t)i * a_rs;
+            float *Ci = Cj + (size_t)i * ldc;
+            switch (nv) {
+            case 1: gemm_block(1, 1, K, Ai, a_rs, a_ks, Bj, ldb, Ci, ldc, ncols, accumulate); break;
+            case 2: gemm_block(1, 2, K, Ai, a_rs, a_ks, Bj, ldb, Ci, ldc, ncols, accumulate); break;
+            case 3: gemm_block(1, 3, K, Ai, a_rs, a_ks, Bj, ldb, Ci, ldc, ncols, accumulate); break;
+            default: gemm_block(1, 4, K, Ai, a_rs, a_ks, Bj, ldb, Ci, ldc, ncols, accumulate); break;
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- packing */
+
+/* dst[t, 0..hdp) = src[t * ld + 0..hd), zero padded, for t < len. */
+static void pack_rows(float *dst, const float *src, size_t ld, int len, int hd, int hdp)
+{
+    for (int t = 0; t < len; t++) {
+        float *o = dst + (size_t)t * hdp;
+        memcpy(o, src + (size_t)t * ld, sizeof(float) * (size_t)hd);
+        memset(o + hd, 0, sizeof(float) * (size_t)(hdp - hd));
+    }
+}
+
+/* dst[i, 0..Tp) = src[t * ld + i] (transposed), zero padded from len on. */
+static void pack_transposed(float *dst, const float *src, size_t ld, int len, int hd, int Tp)
+{
+    for (int i = 0; i < hd; i++) {
+        float *o = dst + (size_t)i * Tp;
+        for (int t = 0; t < len; t++)
+            o[t] = src[(size_t)t * ld + i];
+        memset(o + len, 0, sizeof(float) * (size_t)(Tp - len));
+    }
+}
+
+/* ---------------------------------------------------------------- softmax */
+
+/* p[0..n) holds raw scores; on return softmax(scale * scores), scale > 0.
+ * Fixed reduction order (16 lanes, then a fixed tree), so it is
+ * reproducible. A NaN or infinite score makes the whole row NaN, so a
+ * diverging model shows in the loss instead of being hidden. */
+static void softmax_row(float *p, int n, float scale)
+{
+    int nv = n - n % VF_LANES;
+    vf16 vmax = vf_splat(-INFINITY);
+    vi16 nan = {0};
+    for (int i = 0; i < nv; i += VF_LANES) {
+        vf16 x = vf_load(p + i);
+        nan |= x != x;
+        vmax = vf_max(vmax, x);
+    }
+    float m = vf_hmax(vmax);
+    int bad = 0;
+    for (int i = 0; i < VF_LANES; i++)
+        bad |= nan[i];
+    for (int i = nv; i < n; i++) {
+        bad |= p[i] != p[i];
+        m = p[i] > m ? p[i] : m;
+    }
+    if (bad || !isfinite(m)) {
+        for (int i = 0; i < n; i++)
+            p[i] = NAN;
+        return;
+    }
+    /* Subtracting the row max keeps every exponent <= 0. */
+    vf16 shift = vf_splat(m * scale), vscale = vf_splat(scale);
+    vf16 vsum = vf_splat(0.0f);
+    for (int i = 0; i < nv; i += VF_LANES) {
+        vf16 e = vf_exp_nonpositive(vf_load(p + i) * vscale - shift);
+        vf_store(p + i, e);
+        vsum += e;
+    }
+    if (nv < n) {
+        float tail[VF_LANES];
+        int rest = n - nv;
+        for (int i = 0; i < VF_LANES; i++)
+            tail[i] = i < rest ? p[nv + i] : m;
+        vf16 e = vf_exp_nonpositive(vf_load(tail) * vscale - shift);
+        for (int i = rest; i < VF_LANES; i++)
+            e[i] = 0.0f;
+        vsum += e;
+        vf_store(tail, e);
+        memcpy(p + nv, tail, sizeof(float) * (size_t)rest);
+    }
+    vf16 inv = vf_splat(1.0f / vf_sum(vsum));
+    for (int i = 0; i < nv; i += VF_LANES)
+        vf_store(p + i, vf_load(p + i) * inv);
+    for (int i = nv; i < n; i++)
+        p[i] *= inv[0];
+}
+
+/* Zeroes what the valid [len, len] block leaves out: masked keys of valid
+ * rows and whole pad rows. */
+static void zero_outside(float *pb, int len, int T)
+{
+    if (len == T)
+        return;
+    for (int t = 0; t < len; t++)
+        memset(pb + (size_t)t * T + len, 0, sizeof(float) * (size_t)(T - len));
+    memset(pb + (size_t)len * T, 0, sizeof(float) * (size_t)(T - len) * (size_t)T);
+}
+
+/* ---------------------------------------------------------------- layers */
+
+void attention_forward(float *out, float *probs, float *scratch, const float *q, const float *k,
+                       const float *v, int ld, const int32_t *lengths, int B, int T, int d, int H,
+                       float scale)
+{
+    int hd = d / H, hdp = round_up(hd, VF_LANES), Tp = round_up(T, VF_LANES);
+    size_t task_floats = task_scratch_floats(T, d, H);
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * H; bh++) {
         int b = bh / H, h = bh % H;
         int len = lengths[b];
-        size_t item = (size_t)b * T * d;
-        size_t col = (size_t)h * hd;
+        size_t item = (size_t)b * T, col = (size_t)h * hd;
+        float *pb = probs + (size_t)bh * T * T;
+        float *ob = out + item * d + col;
+        float *kt = scratch + (size_t)bh * task_floats; /* [hdp, Tp] k transposed */
+        float *vp = kt + (size_t)hdp * Tp;              /* [Tp, hdp] */
+        pack_transposed(kt, k + item * ld + col, (size_t)ld, len, hd, Tp);
+        pack_rows(vp, v + item * ld + col, (size_t)ld, len, hd, hdp);
+        /* scores[t, s] = q_t . k_s */
+        small_gemm(len, len, hd, q + item * ld + col, (size_t)ld, 1, kt, (size_t)Tp, pb,
+                   (size_t)T, 0);
+        for (int t = 0; t < len; t++)
+            softmax_row(pb + (size_t)t * T, len, scale);
+        zero_outside(pb, len, T);
+        /* out_t = sum_s p[t, s] v_s; pad query rows are zero */
+        small_gemm(len, hd, len, pb, (size_t)T, 1, vp, (size_t)hdp, ob, (size_t)d, 0);
+        for (int t = len; t < T; t++)
+            memset(ob + (size_t)t * d, 0, sizeof(float) * (size_t)hd);
+    }
+}
+
+void attention_backward(float *dq, float *dk, float *dv, float *scratch, const float *dout,
+                        const float *q, const float *k, const float *v, int ld,
+                        const float *probs, const int32_t *lengths, int B, int T, int d, int H,
+                        float scale)
+{
+    int hd = d / H, hdp = round_up(hd, VF_LANES), Tp = round_up(T, VF_LANES);
+    size_t task_floats = task_scratch_floats(T, d, H);
+#pragma omp parallel for schedule(static)
+    for (int bh = 0; bh < B * H; bh++) {
+        int b = bh / H, h = bh % H;
+        int len = lengths[b];
+        size_t item = (size_t)b * T, col = (size_t)h * hd;
         const float *pb = probs + (size_t)bh * T * T;
-        float *dpb = dprobs_scratch + (size_t)bh * T * T;
-        /* Only valid queries (t < len) and valid keys (s < len) take part:
-         * pad rows get no gradient. */
+        float *packed_dout = scratch + (size_t)bh * task_floats; /* [Tp, hdp] */
+        float *vt = packed_dout + (size_t)Tp * hdp;              /* [hdp, Tp] */
+        float *kp = vt + (size_t)hdp * Tp;                       /* [Tp, hdp] */
+        float *qp = kp + (size_t)Tp * hdp;                       /* [Tp, hdp] */
+        float *dpb = qp + (size_t)Tp * hdp;                      /* [T, T] */
+        /* Only valid queries and keys take part: pad rows get no gradient. */
+        pack_rows(packed_dout, dout + item * d + col, (size_t)d, len, hd, hdp);
+        if (dv) /* dv_s += sum_t p[t, s] dout_t */
+            small_gemm(len, hd, len, pb, 1, (size_t)T, packed_dout, (size_t)hdp,
+                       dv + item * ld + col, (size_t)ld, 1);
+        if (!dq && !dk)
+            continue;
+        /* dprobs[t, s] = dout_t . v_s */
+        pack_transposed(vt, v + item * ld + col, (size_t)ld, len, hd, Tp);
+        small_gemm(len, len, hd, packed_dout, (size_t)hdp, 1, vt, (size_t)Tp, dpb, (size_t)T, 0);
+        /* softmax backward, with the score scale folded in:
+         * dscore[t, s] = scale * p[t, s] * (dprobs[t, s] - sum_j p[t, j] dprobs[t, j]) */
+        int nv = len - len % VF_LANES;
         for (int t = 0; t < len; t++) {
             const float *p = pb + (size_t)t * T;
             float *dp = dpb + (size_t)t * T;
-            const float *go = dout + item + (size_t)t * d + col;
-            const float *qt = q + item + (size_t)t * d + col;
-            /* dprobs[s] = dout_t . v_s ; dv_s += p[s] * dout_t */
-            for (int s = 0; s < len; s++) {
-                const float *vs = v + item + (size_t)s * d + col;
-                float dot = 0.0f;
-                for (int i = 0; i < hd; i++)
-                    dot += go[i] * vs[i];
-                dp[s] = dot;
-                if (dv) {
-                    float *dvs = dv + item + (size_t)s * d + col;
-                    float ps = p[s];
-                    for (int i = 0; i < hd; i++)
-                        dvs[i] += ps * go[i];
-                }
-            }
-            if (!dq && !dk)
-                continue;
-            /* softmax backward: dscore[s] = p[s] * (dp[s] - sum_j p[j] dp[j]) */
-            float pdp = 0.0f;
-            for (int s = 0; s < len; s++)
+            vf16 acc = vf_splat(0.0f);
+            for (int s = 0; s < nv; s += VF_LANES)
+                acc += vf_load(p + s) * vf_load(dp + s);
+            float pdp = vf_sum(acc);
+            for (int s = nv; s < len; s++)
                 pdp += p[s] * dp[s];
-            for (int s = 0; s < len; s++) {
-                float dscore = p[s] * (dp[s] - pdp) * scale;
-                const float *ks = k + item + (size_t)s * d + col;
-                if (dq) {
-                    float *dqt = dq + item + (size_t)t * d + col;
-                    for (int i = 0; i < hd; i++)
-                        dqt[i] += dscore * ks[i];
-                }
-                if (dk) {
-                    float *dks = dk + item + (size_t)s * d + col;
-                    for (int i = 0; i < hd; i++)
-                        dks[i] += dscore * qt[i];
-                }
-            }
+            vf16 vpdp = vf_splat(pdp);
+            for (int s = 0; s < nv; s += VF_LANES)
+                vf_store(dp + s, vf_load(p + s) * (vf_load(dp + s) - vpdp) * scale);
+            for (int s = nv; s < len; s++)
+                dp[s] = p[s] * (dp[s] - pdp) * scale;
+        }
+        if (dq) { /* dq_t += sum_s dscore[t, s] k_s */
+            pack_rows(kp, k + item * ld + col, (size_t)ld, len, hd, hdp);
+            small_gemm(len, hd, len, dpb, (size_t)T, 1, kp, (size_t)hdp, dq + item * ld + col,
+                       (size_t)ld, 1);
+        }
+        if (dk) { /* dk_s += sum_t dscore[t, s] q_t */
+            pack_rows(qp, q + item * ld + col, (size_t)ld, len, hd, hdp);
+            small_gemm(len, hd, len, dpb, 1, (size_t)T, qp, (size_t)hdp, dk + item * ld + col,
+                       (size_t)ld, 1);
         }
     }
 }

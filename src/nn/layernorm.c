@@ -61,22 +61,29 @@ void layernorm_backward(float *din, float *dw, float *db, const float *dout, con
     }
     if (dw || db) {
         /* dw and db reduce over rows: each task owns a block of columns and sums
-         * rows in ascending order, so the result is independent of thread count. */
+         * rows in ascending order, so the result is independent of thread count.
+         * The sums live in locals until the end: tasks never write a shared
+         * cache line row after row. */
         int n_chunks = (d + LAYERNORM_PARAM_CHUNK - 1) / LAYERNORM_PARAM_CHUNK;
 #pragma omp parallel for schedule(static) if (n_chunks > 1)
         for (int c = 0; c < n_chunks; c++) {
             int i0 = c * LAYERNORM_PARAM_CHUNK;
-            int i1 = d - i0 < LAYERNORM_PARAM_CHUNK ? d : i0 + LAYERNORM_PARAM_CHUNK;
+            int width = d - i0 < LAYERNORM_PARAM_CHUNK ? d - i0 : LAYERNORM_PARAM_CHUNK;
+            float sum_w[LAYERNORM_PARAM_CHUNK] = {0}, sum_b[LAYERNORM_PARAM_CHUNK] = {0};
             for (int n = 0; n < N; n++) {
-                const float *x = in + (size_t)n * d;
-                const float *g = dout + (size_t)n * d;
+                const float *x = in + (size_t)n * d + i0;
+                const float *g = dout + (size_t)n * d + i0;
                 float m = mean[n], s = rstd[n];
-                for (int i = i0; i < i1; i++) {
-                    if (dw)
-                        dw[i] += (x[i] - m) * s * g[i];
-                    if (db)
-                        db[i] += g[i];
+                for (int i = 0; i < width; i++) {
+                    sum_w[i] += (x[i] - m) * s * g[i];
+                    sum_b[i] += g[i];
                 }
+            }
+            for (int i = 0; i < width; i++) {
+                if (dw)
+                    dw[i0 + i] += sum_w[i];
+                if (db)
+                    db[i0 + i] += sum_b[i];
             }
         }
     }

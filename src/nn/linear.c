@@ -78,13 +78,17 @@ void linear_backward(float *din, float *dw, float *dbias, const float *dout, con
 #pragma omp parallel for schedule(static) if (n_chunks > 1)
         for (int c = 0; c < n_chunks; c++) {
             int o0 = c * LINEAR_DBIAS_CHUNK;
-            int o1 = out_dim - o0 < LINEAR_DBIAS_CHUNK ? out_dim : o0 + LINEAR_DBIAS_CHUNK;
-            /* Rows in ascending order for every column: a fixed reduction order. */
+            int width = out_dim - o0 < LINEAR_DBIAS_CHUNK ? out_dim - o0 : LINEAR_DBIAS_CHUNK;
+            /* Rows in ascending order for every column: a fixed reduction
+             * order. Sums stay local so tasks never share a cache line. */
+            float sum[LINEAR_DBIAS_CHUNK] = {0};
             for (int n = 0; n < N; n++) {
-                const float *g = dout + (size_t)n * out_dim;
-                for (int o = o0; o < o1; o++)
-                    dbias[o] += g[o];
+                const float *g = dout + (size_t)n * out_dim + o0;
+                for (int o = 0; o < width; o++)
+                    sum[o] += g[o];
             }
+            for (int o = 0; o < width; o++)
+                dbias[o0 + o] += sum[o];
         }
     }
 }

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 _Static_assert(sizeof(int32_t) == sizeof(float), "pool_argmax shares the float activation block");
 
@@ -282,9 +283,7 @@ static size_t layout_activations(ac_activations *a, const ac_model_config *cfg, 
     a->embed_out = carve(&c, N, d, 1);
     a->embed_mask = carve(&c, N, d, 1);
     for (int l = 0; l < cfg->n_layers; l++) {
-        a->q[l] = carve(&c, N, d, 1);
-        a->k[l] = carve(&c, N, d, 1);
-        a->v[l] = carve(&c, N, d, 1);
+        a->qkv[l] = carve(&c, N, 3 * d, 1);
         a->probs[l] = carve(&c, BHTT, 1, 1);
         a->attn[l] = carve(&c, N, d, 1);
         a->attn_proj[l] = carve(&c, N, d, 1);
@@ -314,10 +313,8 @@ static size_t layout_activations(ac_activations *a, const ac_model_config *cfg, 
     a->grad_c = carve(&c, N, d, 1);
     a->grad_ff = carve(&c, N, ff, 1);
     a->grad_fc1 = carve(&c, N, ff, 1);
-    a->grad_q = carve(&c, N, d, 1);
-    a->grad_k = carve(&c, N, d, 1);
-    a->grad_v = carve(&c, N, d, 1);
-    a->grad_probs = carve(&c, BHTT, 1, 1);
+    a->grad_qkv = carve(&c, N, 3 * d, 1);
+    a->attn_scratch = carve(&c, attention_scratch_floats((int)B, (int)T, (int)d, cfg->n_heads), 1, 1);
     a->grad_pooled = carve(&c, B, d, 1);
     a->grad_logits = carve(&c, B, C, 1);
     return c.overflow ? 0 : c.used;
@@ -366,6 +363,37 @@ int ac_model_alloc_activations(ac_model *m, int B, int T, ac_err *err)
     /* A forward before the reallocation can no longer be back-propagated. */
     m->last_B = 0;
     return 0;
+}
+
+/* ------------------------------------------------------------------ profile */
+
+static const char *const part_names[AC_N_PARTS] = {
+    "embedding", "q/k/v projection", "attention", "output projection", "add & norm", "feed-forward",
+    "pooling + head",
+};
+
+const char *ac_model_part_name(int part)
+{
+    return part >= 0 && part < AC_N_PARTS ? part_names[part] : "?";
+}
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double prof_start(const ac_model *m) { return m->profile.enabled ? now_seconds() : 0.0; }
+
+/* Adds the time since *t to part and restarts the clock. */
+static void prof_lap(ac_model *m, double *t, double *parts, int part)
+{
+    if (!m->profile.enabled)
+        return;
+    double t1 = now_seconds();
+    parts[part] += t1 - *t;
+    *t = t1;
 }
 
 /* ------------------------------------------------------------------ forward */
@@ -428,6 +456,7 @@ float ac_model_forward(ac_model *m, const int32_t *ids, const int32_t *lengths,
     const float p = c->dropout;
     const int drop = dropout_active(m, train);
     const float scale = 1.0f / sqrtf((float)(d / H));
+    double t = prof_start(m);
 
     embedding_forward(a->embed_sum, ids, m->p.embed_w, m->pos_table, B, T, d);
     layernorm_forward(a->embed_ln, a->embed_mean, a->embed_rstd, a->embed_sum, m->p.embed_norm_w,
@@ -435,16 +464,19 @@ float ac_model_forward(ac_model *m, const int32_t *ids, const int32_t *lengths,
     if (drop)
         dropout_forward(a->embed_out, a->embed_mask, a->embed_ln, p, Nd,
                         ac_rng_key(dropout_key, DROP_SITE_EMBED));
+    prof_lap(m, &t, m->profile.forward, AC_PART_EMBED);
 
     for (int l = 0; l < L; l++) {
         const ac_layer_params *w = &m->p.layers[l];
         const float *x = layer_input(m, l, drop);
-        linear_forward(a->q[l], x, w->q_w, NULL, N, d, d);
-        linear_forward(a->k[l], x, w->k_w, NULL, N, d, d);
-        linear_forward(a->v[l], x, w->v_w, NULL, N, d, d);
-        attention_forward(a->attn[l], a->probs[l], a->q[l], a->k[l], a->v[l], lengths, B, T, d, H,
-                          scale);
+        float *qkv = a->qkv[l];
+        linear_forward(qkv, x, w->q_w, NULL, N, d, 3 * d);
+        prof_lap(m, &t, m->profile.forward, AC_PART_QKV);
+        attention_forward(a->attn[l], a->probs[l], a->attn_scratch, qkv, qkv + d, qkv + 2 * d, 3 * d, lengths, B, T,
+                          d, H, scale);
+        prof_lap(m, &t, m->profile.forward, AC_PART_ATTENTION);
         linear_forward(a->attn_proj[l], a->attn[l], w->out_w, w->out_b, N, d, d);
+        prof_lap(m, &t, m->profile.forward, AC_PART_ATTN_OUT);
         if (drop) {
             dropout_forward(a->res1[l], a->attn_mask[l], a->attn_proj[l], p, Nd,
                             ac_rng_key(dropout_key, DROP_SITE_ATTN(l)));
@@ -454,9 +486,11 @@ float ac_model_forward(ac_model *m, const int32_t *ids, const int32_t *lengths,
         }
         layernorm_forward(a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], a->res1[l], w->ln1_w,
                           w->ln1_b, N, d, c->ln_eps);
+        prof_lap(m, &t, m->profile.forward, AC_PART_ADD_NORM);
         linear_forward(a->fc1[l], a->ln1[l], w->fc1_w, w->fc1_b, N, d, ff);
         relu_forward(a->relu[l], a->fc1[l], (size_t)N * ff);
         linear_forward(a->fc2[l], a->relu[l], w->fc2_w, w->fc2_b, N, ff, d);
+        prof_lap(m, &t, m->profile.forward, AC_PART_FFN);
         if (drop) {
             dropout_forward(a->res2[l], a->ffn_mask[l], a->fc2[l], p, Nd,
                             ac_rng_key(dropout_key, DROP_SITE_FFN(l)));
@@ -466,6 +500,7 @@ float ac_model_forward(ac_model *m, const int32_t *ids, const int32_t *lengths,
         }
         layernorm_forward(a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], a->res2[l], w->ln2_w,
                           w->ln2_b, N, d, c->ln_eps);
+        prof_lap(m, &t, m->profile.forward, AC_PART_ADD_NORM);
     }
 
     pool_forward(a->pooled, a->pool_argmax, layer_input(m, L, drop), lengths, B, T, d, c->pooling);
@@ -483,11 +518,13 @@ float ac_model_forward(ac_model *m, const int32_t *ids, const int32_t *lengths,
     m->last_ids = ids;
     m->last_lengths = lengths;
     m->last_labels = labels;
-    if (!labels) {
+    float loss = 0.0f;
+    if (labels)
+        loss = crossentropy_forward(a->losses, a->probs_out, a->logits, labels, B, C);
+    else
         softmax_rows(a->probs_out, a->logits, B, C);
-        return 0.0f;
-    }
-    return crossentropy_forward(a->losses, a->probs_out, a->logits, labels, B, C);
+    prof_lap(m, &t, m->profile.forward, AC_PART_HEAD);
+    return loss;
 }
 
 /* ----------------------------------------------------------------- backward */
@@ -509,6 +546,7 @@ void ac_model_backward(ac_model *m)
     const int drop = dropout_active(m, m->last_train);
     const float scale = 1.0f / sqrtf((float)(d / H));
     const int32_t *lengths = m->last_lengths;
+    double t = prof_start(m);
 
     /* Head and pooling. */
     zero_floats(a->grad_logits, (size_t)B * C);
@@ -526,6 +564,7 @@ void ac_model_backward(ac_model *m)
     float *dx = a->grad_a; /* gradient w.r.t. the current layer's output */
     zero_floats(dx, Nd);
     pool_backward(dx, a->grad_pooled, a->pool_argmax, lengths, B, T, d, c->pooling);
+    prof_lap(m, &t, m->profile.backward, AC_PART_HEAD);
 
     for (int l = L - 1; l >= 0; l--) {
         const ac_layer_params *w = &m->p.layers[l];
@@ -543,12 +582,14 @@ void ac_model_backward(ac_model *m)
             dropout_backward(a->grad_c, dh, a->ffn_mask[l], Nd);
             dfc2 = a->grad_c;
         }
+        prof_lap(m, &t, m->profile.backward, AC_PART_ADD_NORM);
         zero_floats(a->grad_ff, Nff);
         linear_backward(a->grad_ff, gw->fc2_w, gw->fc2_b, dfc2, a->relu[l], w->fc2_w, N, ff, d);
         zero_floats(a->grad_fc1, Nff);
         relu_backward(a->grad_fc1, a->grad_ff, a->fc1[l], Nff);
         /* dh already holds the residual path; the FFN path adds to it. */
         linear_backward(dh, gw->fc1_w, gw->fc1_b, a->grad_fc1, a->ln1[l], w->fc1_w, N, d, ff);
+        prof_lap(m, &t, m->profile.backward, AC_PART_FFN);
 
         /* h = LN1(res1), res1 = x + dropout(out(attention(q, k, v))) */
         float *dres1 = dx; /* dx of this layer's output is no longer needed */
@@ -561,19 +602,21 @@ void ac_model_backward(ac_model *m)
             dropout_backward(a->grad_c, dres1, a->attn_mask[l], Nd);
             dproj = a->grad_c;
         }
+        prof_lap(m, &t, m->profile.backward, AC_PART_ADD_NORM);
         float *dattn = a->grad_b; /* dh is consumed by LN1 backward above */
         zero_floats(dattn, Nd);
         linear_backward(dattn, gw->out_w, gw->out_b, dproj, a->attn[l], w->out_w, N, d, d);
-        zero_floats(a->grad_q, Nd);
-        zero_floats(a->grad_k, Nd);
-        zero_floats(a->grad_v, Nd);
-        attention_backward(a->grad_q, a->grad_k, a->grad_v, a->grad_probs, dattn, a->q[l], a->k[l],
-                           a->v[l], a->probs[l], lengths, B, T, d, H, scale);
+        prof_lap(m, &t, m->profile.backward, AC_PART_ATTN_OUT);
+        float *dqkv = a->grad_qkv;
+        const float *qkv = a->qkv[l];
+        zero_floats(dqkv, 3 * Nd);
+        attention_backward(dqkv, dqkv + d, dqkv + 2 * d, a->attn_scratch, dattn, qkv, qkv + d,
+                           qkv + 2 * d, 3 * d, a->probs[l], lengths, B, T, d, H, scale);
+        prof_lap(m, &t, m->profile.backward, AC_PART_ATTENTION);
         /* dres1 (= dx) keeps the residual path; the projections add theirs:
          * it becomes the gradient w.r.t. this layer's input. */
-        linear_backward(dx, gw->q_w, NULL, a->grad_q, x, w->q_w, N, d, d);
-        linear_backward(dx, gw->k_w, NULL, a->grad_k, x, w->k_w, N, d, d);
-        linear_backward(dx, gw->v_w, NULL, a->grad_v, x, w->v_w, N, d, d);
+        linear_backward(dx, gw->q_w, NULL, dqkv, x, w->q_w, N, d, 3 * d);
+        prof_lap(m, &t, m->profile.backward, AC_PART_QKV);
     }
 
     /* Embedding block: x0 = dropout(LN(emb + pos)). */
@@ -587,4 +630,5 @@ void ac_model_backward(ac_model *m)
     layernorm_backward(a->grad_c, m->g.embed_norm_w, m->g.embed_norm_b, dln, a->embed_sum,
                        m->p.embed_norm_w, a->embed_mean, a->embed_rstd, N, d);
     embedding_backward(m->g.embed_w, a->grad_c, m->last_ids, lengths, B, T, d);
+    prof_lap(m, &t, m->profile.backward, AC_PART_EMBED);
 }

@@ -1,0 +1,85 @@
+/* Portable SIMD for the hot loops: GCC/Clang vector extensions, 16 floats wide.
+ * With AVX-512 one vf16 is one register; elsewhere the compiler splits it.
+ * Every operation is element-wise IEEE arithmetic, so results do not depend
+ * on how the compiler lowers it, and reductions have a fixed order. */
+#ifndef ATTNCTL_SIMD_H
+#define ATTNCTL_SIMD_H
+
+#include <stdint.h>
+#include <string.h>
+
+#define VF_LANES 16
+typedef float vf16 __attribute__((vector_size(64)));
+typedef int32_t vi16 __attribute__((vector_size(64)));
+
+static inline vf16 vf_load(const float *p)
+{
+    vf16 v;
+    memcpy(&v, p, sizeof v); /* unaligned load */
+    return v;
+}
+
+static inline void vf_store(float *p, vf16 v) { memcpy(p, &v, sizeof v); }
+
+static inline vf16 vf_splat(float x)
+{
+    return (vf16){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x};
+}
+
+/* Lanes of a where mask is set, of b elsewhere. */
+static inline vf16 vf_select(vi16 mask, vf16 a, vf16 b)
+{
+    return (vf16)((mask & (vi16)a) | (~mask & (vi16)b));
+}
+
+/* Lane-wise max/min; a NaN in a stays NaN (divergence must stay visible). */
+static inline vf16 vf_max(vf16 a, vf16 b) { return vf_select(a < b, b, a); }
+
+static inline vf16 vf_min(vf16 a, vf16 b) { return vf_select(a > b, b, a); }
+
+/* Sum of the 16 lanes in a fixed order (a tree of halves). */
+static inline float vf_sum(vf16 v)
+{
+    float s8[8], s4[4];
+    for (int i = 0; i < 8; i++)
+        s8[i] = v[i] + v[i + 8];
+    for (int i = 0; i < 4; i++)
+        s4[i] = s8[i] + s8[i + 4];
+    return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+}
+
+static inline float vf_hmax(vf16 v)
+{
+    float m = v[0];
+    for (int i = 1; i < VF_LANES; i++)
+        m = v[i] > m ? v[i] : m;
+    return m;
+}
+
+/* exp(x) for x <= 0 (what a softmax needs), relative error about 2e-7;
+ * x < -86 gives exactly 0. NaN lanes give unspecified values: callers check.
+ * x = n ln2 + r with |r| <= ln2/2 (Cody-Waite split of ln2), e^r by the
+ * Cephes minimax polynomial, 2^n put straight into the exponent bits. */
+static inline vf16 vf_exp_nonpositive(vf16 x)
+{
+    const float log2e = 1.44269504088896341f;
+    const float ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f;
+    const float round_magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+    vi16 underflow = x < -86.0f;
+    vf16 t = x * log2e + round_magic;
+    vi16 n = (vi16)t - (vi16)vf_splat(round_magic);
+    vf16 nf = t - round_magic;
+    vf16 r = x - nf * ln2_hi;
+    r = r - nf * ln2_lo;
+    vf16 p = 1.9875691500e-4f * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    /* For -86 <= x <= 0: n in [-124, 0] and p in [0.7, 1.42], so adding n to
+     * the exponent field stays in the normal range. */
+    return (vf16)(~underflow & ((vi16)p + (n << 23)));
+}
+
+#endif
