@@ -503,8 +503,8 @@ typedef struct {
 static double attn_loss(void *p)
 {
     attn_ctx *c = p;
-    attention_forward(c->out, c->probs, c->scratch, c->q, c->k, c->v, c->d, c->lengths, c->B, c->T, c->d, c->H,
-                      c->scale);
+    attention_forward(c->out, c->probs, c->scratch, 4, c->q, c->k, c->v, c->d, c->lengths, c->B,
+                      c->T, c->d, c->H, c->scale);
     return gc_dot(c->out, c->r_valid, (size_t)c->B * c->T * c->d);
 }
 
@@ -515,7 +515,7 @@ START_TEST(test_attention_gradient_with_padding)
     size_t n = (size_t)B * T * d, n_probs = (size_t)B * H * T * T;
     float *q = vec(n), *k = vec(n), *v = vec(n), *out = vec(n), *probs = vec(n_probs);
     float *r = vec(n), *dq = vec(n), *dk = vec(n), *dv = vec(n);
-    float *scratch = vec(attention_scratch_floats(B, T, d, H));
+    float *scratch = vec(attention_scratch_floats(T, d, H, 4));
     /* Scores of a few units: softmax rows neither flat nor one-hot. */
     fill_uniform(q, n, 701, -2, 2);
     fill_uniform(k, n, 702, -2, 2);
@@ -529,7 +529,7 @@ START_TEST(test_attention_gradient_with_padding)
         out[i] = NAN;
     for (size_t i = 0; i < n_probs; i++)
         probs[i] = NAN;
-    attention_forward(out, probs, scratch, q, k, v, d, small_lengths, B, T, d, H, scale);
+    attention_forward(out, probs, scratch, 4, q, k, v, d, small_lengths, B, T, d, H, scale);
 
     /* Forward against a double reference; pad keys exactly 0, pad query rows zero. */
     for (int b = 0; b < B; b++) {
@@ -582,12 +582,12 @@ START_TEST(test_attention_gradient_with_padding)
             k2[at] = 1e3f;
             v2[at] = -1e3f;
         }
-    attention_forward(out2, probs2, scratch, q2, k2, v2, d, small_lengths, B, T, d, H, scale);
+    attention_forward(out2, probs2, scratch, 4, q2, k2, v2, d, small_lengths, B, T, d, H, scale);
     ck_assert(memcmp(out, out2, n * sizeof(float)) == 0);
     ck_assert(memcmp(probs, probs2, n_probs * sizeof(float)) == 0);
 
     /* dout is nonzero on pad rows too: none of it may reach q, k or v. */
-    attention_backward(dq, dk, dv, scratch, r, q, k, v, d, probs, small_lengths, B, T, d, H, scale);
+    attention_backward(dq, dk, dv, scratch, 4, r, q, k, v, d, probs, small_lengths, B, T, d, H, scale);
     for (int t = small_lengths[1]; t < T; t++) {
         size_t at = ((size_t)1 * T + t) * d;
         assert_all_zero("dq[pad]", dq + at, d);
@@ -601,22 +601,22 @@ START_TEST(test_attention_gradient_with_padding)
     attn_loss(&c); /* probs of the unperturbed inputs again */
 
     float *dq1 = copy_of(dq, n), *dk1 = copy_of(dk, n), *dv1 = copy_of(dv, n);
-    attention_backward(dq, dk, dv, scratch, r, q, k, v, d, probs, small_lengths, B, T, d, H, scale);
+    attention_backward(dq, dk, dv, scratch, 4, r, q, k, v, d, probs, small_lengths, B, T, d, H, scale);
     check_doubled("dq", dq, dq1, n);
     check_doubled("dk", dk, dk1, n);
     check_doubled("dv", dv, dv1, n);
 
     /* NULL gradients: the others are unchanged bit for bit. */
     memset(dk, 0, n * sizeof(float));
-    attention_backward(NULL, dk, NULL, scratch, r, q, k, v, d, probs, small_lengths, B, T, d, H,
+    attention_backward(NULL, dk, NULL, scratch, 4, r, q, k, v, d, probs, small_lengths, B, T, d, H,
                        scale);
     ck_assert(memcmp(dk, dk1, n * sizeof(float)) == 0);
     memset(dv, 0, n * sizeof(float));
-    attention_backward(NULL, NULL, dv, scratch, r, q, k, v, d, probs, small_lengths, B, T, d, H,
+    attention_backward(NULL, NULL, dv, scratch, 4, r, q, k, v, d, probs, small_lengths, B, T, d, H,
                        scale);
     ck_assert(memcmp(dv, dv1, n * sizeof(float)) == 0);
     memset(dq, 0, n * sizeof(float));
-    attention_backward(dq, NULL, NULL, scratch, r, q, k, v, d, probs, small_lengths, B, T, d, H,
+    attention_backward(dq, NULL, NULL, scratch, 4, r, q, k, v, d, probs, small_lengths, B, T, d, H,
                        scale);
     ck_assert(memcmp(dq, dq1, n * sizeof(float)) == 0);
 
@@ -647,7 +647,7 @@ START_TEST(test_attention_golden_example)
             wv[o * 4 + i] = w_value[i][o];
         }
     float keys[9], queries[9], values[9], out[9], probs[9];
-    float *scratch = vec(attention_scratch_floats(1, 3, 3, 1));
+    float *scratch = vec(attention_scratch_floats(3, 3, 1, 1));
     linear_forward(keys, x, wk, NULL, 3, 4, 3);
     linear_forward(queries, x, wq, NULL, 3, 4, 3);
     linear_forward(values, x, wv, NULL, 3, 4, 3);
@@ -660,7 +660,7 @@ START_TEST(test_attention_golden_example)
         ck_assert(values[i] == want_values[i]);
     }
     const int32_t len[1] = {3};
-    attention_forward(out, probs, scratch, queries, keys, values, 3, len, 1, 3, 3, 1, 1.0f);
+    attention_forward(out, probs, scratch, 1, queries, keys, values, 3, len, 1, 3, 3, 1, 1.0f);
     for (int t = 0; t < 3; t++)
         for (int i = 0; i < 3; i++)
             ck_assert_msg(fabs(out[t * 3 + i] - want[t][i]) <= 1e-3,
@@ -680,13 +680,19 @@ START_TEST(test_attention_packed_against_reference)
     const float scale = 1.0f / sqrtf((float)HD);
     size_t n = (size_t)B * T * D, n3 = 3 * n, n_probs = (size_t)B * H * T * T;
     float *qkv = vec(n3), *out = vec(n), *probs = vec(n_probs), *dout = vec(n), *dqkv = vec(n3);
-    float *scratch = vec(attention_scratch_floats(B, T, D, H));
+    float *scratch = vec(attention_scratch_floats(T, D, H, 4));
     fill_uniform(qkv, n3, 1501, -1.5f, 1.5f);
     fill_uniform(dout, n, 1502, -1, 1);
-    attention_forward(out, probs, scratch, qkv, qkv + D, qkv + 2 * D, 3 * D, lengths, B, T, D, H,
+    attention_forward(out, probs, scratch, 4, qkv, qkv + D, qkv + 2 * D, 3 * D, lengths, B, T, D, H,
                       scale);
-    attention_backward(dqkv, dqkv + D, dqkv + 2 * D, scratch, dout, qkv, qkv + D, qkv + 2 * D,
+    attention_backward(dqkv, dqkv + D, dqkv + 2 * D, scratch, 4, dout, qkv, qkv + D, qkv + 2 * D,
                        3 * D, probs, lengths, B, T, D, H, scale);
+    /* Inference without keeping the maps: the same output, bit for bit. */
+    float *out_nomaps = vec(n);
+    attention_forward(out_nomaps, NULL, scratch, 4, qkv, qkv + D, qkv + 2 * D, 3 * D, lengths, B, T,
+                      D, H, scale);
+    ck_assert(memcmp(out, out_nomaps, n * sizeof(float)) == 0);
+    free(out_nomaps);
     double worst_out = 0, worst_grad = 0;
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++) {
@@ -1066,7 +1072,7 @@ static void det_run_layers(det_run *run, int threads)
     float *x = vec(n), *q = vec(n), *k = vec(n), *v = vec(n), *g = vec(n), *g_lin = vec(n_lin);
     float *wte = vec((size_t)DV * DD), *pos = vec((size_t)DT * DD), *w = vec((size_t)DOUT * DD);
     float *bias = vec(DOUT), *lnw = vec(DD), *lnb = vec(DD);
-    float *scratch = vec(attention_scratch_floats(DB, DT, DD, DH));
+    float *scratch = vec(attention_scratch_floats(DT, DD, DH, 4));
     int32_t *ids = malloc((size_t)N * sizeof(int32_t));
     int32_t *argmax = malloc((size_t)DB * DD * sizeof(int32_t));
     ck_assert(ids && argmax);
@@ -1099,10 +1105,10 @@ static void det_run_layers(det_run *run, int threads)
 
     float *probs = det_add(run, "attn probs", n_probs);
     float scale = 1.0f / sqrtf((float)(DD / DH));
-    attention_forward(det_add(run, "attn out", n), probs, scratch, q, k, v, DD, det_lengths, DB, DT, DD, DH,
-                      scale);
+    attention_forward(det_add(run, "attn out", n), probs, scratch, 4, q, k, v, DD, det_lengths, DB,
+                      DT, DD, DH, scale);
     attention_backward(det_add(run, "attn dq", n), det_add(run, "attn dk", n),
-                       det_add(run, "attn dv", n), scratch, g, q, k, v, DD, probs, det_lengths, DB, DT,
+                       det_add(run, "attn dv", n), scratch, 4, g, q, k, v, DD, probs, det_lengths, DB, DT,
                        DD, DH, scale);
 
     float *mask = det_add(run, "dropout mask", n);

@@ -88,7 +88,8 @@ typedef struct {
     float *grad_a, *grad_b, *grad_c, *grad_ff; /* [B,T,d] x3, [B,T,ff] */
     float *grad_fc1;                  /* [B,T,ff] gradient before the ReLU */
     float *grad_qkv;                  /* [B,T,3d] attention input gradients */
-    float *attn_scratch;              /* attention_scratch_floats(B, T, d, H) */
+    float *attn_scratch;              /* attention_scratch_floats(T, d, H, attn_slots) */
+    int attn_slots;                   /* threads the attention workspace serves */
     float *grad_pooled, *grad_logits; /* [B,d], [B,C] */
 } ac_activations;
 
@@ -122,6 +123,7 @@ typedef struct {
     float *pos_table; /* [max_len, d] fixed */
     ac_activations act;
     ac_model_profile profile;
+    int keep_attention; /* inference forwards keep the attention maps in act.probs */
     /* state of the last forward, used by backward */
     int last_B, last_T, last_train;
     const int32_t *last_ids, *last_lengths, *last_labels;
@@ -144,7 +146,9 @@ int ac_model_find_tensor(const ac_model *m, const char *name);
 /* Forward over a batch. ids [B*T] (pads may hold any valid id, e.g. 0),
  * lengths [B] (1..T), labels [B] or NULL. train != 0 enables dropout with
  * masks keyed by dropout_key. Logits land in m->act.logits, class
- * probabilities in m->act.probs_out, attention maps in m->act.probs[l].
+ * probabilities in m->act.probs_out, attention maps in m->act.probs[l]
+ * (when labels are given, as a backward needs them, or when
+ * m->keep_attention is set).
  * Returns the mean loss when labels are given, else 0. The pointers must stay
  * valid until backward. Allocates nothing. Returns NaN without computing
  * anything (and backward then does nothing) when B or T exceed the allocated

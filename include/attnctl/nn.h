@@ -64,15 +64,17 @@ void dropout_backward(float *din, const float *dout, const float *mask, size_t n
  * blocks of dk = d / H. out: [B, T, d].
  * probs: [B, H, T, T] softmax(q k^T * scale) with keys t >= lengths[b] masked
  * (probability exactly 0). Rows of pad queries (t >= lengths[b]) are left
- * zero in probs and out. scale is usually 1/sqrt(dk).
- * scratch: attention_scratch_floats(B, T, d, H) floats of workspace, overwritten. */
-size_t attention_scratch_floats(int B, int T, int d, int H);
-void attention_forward(float *out, float *probs, float *scratch, const float *q, const float *k,
-                       const float *v, int ld, const int32_t *lengths, int B, int T, int d, int H,
-                       float scale);
+ * zero in probs and out. scale is usually 1/sqrt(dk). probs may be NULL in
+ * the forward (inference): the maps are then not kept.
+ * scratch: attention_scratch_floats(T, d, H, slots) floats of workspace, one
+ * slot per thread; at most `slots` threads run. */
+size_t attention_scratch_floats(int T, int d, int H, int slots);
+void attention_forward(float *out, float *probs, float *scratch, int slots, const float *q,
+                       const float *k, const float *v, int ld, const int32_t *lengths, int B,
+                       int T, int d, int H, float scale);
 /* dq, dk, dv (row stride ld) += ...; dout is [B, T, d]. */
-void attention_backward(float *dq, float *dk, float *dv, float *scratch, const float *dout,
-                        const float *q, const float *k, const float *v, int ld,
+void attention_backward(float *dq, float *dk, float *dv, float *scratch, int slots,
+                        const float *dout, const float *q, const float *k, const float *v, int ld,
                         const float *probs, const int32_t *lengths, int B, int T, int d, int H,
                         float scale);
 

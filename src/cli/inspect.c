@@ -505,6 +505,7 @@ static int run_inspect(inspect_options *o)
         goto done;
     }
     int32_t length = n;
+    m->keep_attention = 1;
     ac_model_forward(m, d.ids, &length, NULL, 1, n, 0, 0);
 
     d.attention = malloc((size_t)L * H * n * n * sizeof *d.attention);

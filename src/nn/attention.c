@@ -1,9 +1,10 @@
 /* Multi-head scaled dot-product self-attention core with a key padding mask.
  *
  * One task per (batch item, head): each task reads and writes only its own
- * column block of the q/k/v/out rows of item b, its own [T, T] block of probs
- * and its own piece of scratch, so there are no races and no reduction across
- * tasks (results do not depend on the thread count).
+ * column block of the q/k/v/out rows of item b and its own [T, T] block of
+ * probs, so there are no races and no reduction across tasks (results do not
+ * depend on the thread count). Workspace is one slot per thread, small
+ * enough to stay in the core's cache from one task to the next.
  *
  * The products have one small dimension (the head size, 16 or 32 in the
  * usual configurations), where a general BLAS spends most of its time
@@ -13,23 +14,31 @@
 #include "attnctl/nn.h"
 
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 
 #include "simd.h"
 
 static int round_up(int n, int m) { return (n + m - 1) / m * m; }
 
-/* Per-task scratch, in floats: five packed [Tp, hdp] or [hdp, Tp] blocks and
- * one [T, T] block for the gradient of the probabilities. */
-static size_t task_scratch_floats(int T, int d, int H)
+/* One thread's workspace, in floats: five packed [Tp, hdp] or [hdp, Tp]
+ * blocks and one [T, T] block (probabilities not kept, or their gradient). */
+static size_t slot_floats(int T, int d, int H)
 {
     size_t Tp = (size_t)round_up(T, VF_LANES), hdp = (size_t)round_up(d / H, VF_LANES);
     return 5 * Tp * hdp + (size_t)T * (size_t)T;
 }
 
-size_t attention_scratch_floats(int B, int T, int d, int H)
+size_t attention_scratch_floats(int T, int d, int H, int slots)
 {
-    return (size_t)B * (size_t)H * task_scratch_floats(T, d, H);
+    return (size_t)(slots > 0 ? slots : 1) * slot_floats(T, d, H);
+}
+
+/* Threads to run: no more than there are workspace slots. */
+static int team_size(int slots)
+{
+    int n = omp_get_max_threads();
+    return n < slots ? n : slots > 0 ? slots : 1;
 }
 
 /* ---------------------------------------------------------------- kernel */
@@ -217,21 +226,21 @@ static void zero_outside(float *pb, int len, int T)
 
 /* ---------------------------------------------------------------- layers */
 
-void attention_forward(float *out, float *probs, float *scratch, const float *q, const float *k,
-                       const float *v, int ld, const int32_t *lengths, int B, int T, int d, int H,
-                       float scale)
+void attention_forward(float *out, float *probs, float *scratch, int slots, const float *q,
+                       const float *k, const float *v, int ld, const int32_t *lengths, int B,
+                       int T, int d, int H, float scale)
 {
     int hd = d / H, hdp = round_up(hd, VF_LANES), Tp = round_up(T, VF_LANES);
-    size_t task_floats = task_scratch_floats(T, d, H);
-#pragma omp parallel for schedule(static)
+    size_t per_slot = slot_floats(T, d, H);
+#pragma omp parallel for schedule(static) num_threads(team_size(slots))
     for (int bh = 0; bh < B * H; bh++) {
         int b = bh / H, h = bh % H;
         int len = lengths[b];
         size_t item = (size_t)b * T, col = (size_t)h * hd;
-        float *pb = probs + (size_t)bh * T * T;
         float *ob = out + item * d + col;
-        float *kt = scratch + (size_t)bh * task_floats; /* [hdp, Tp] k transposed */
-        float *vp = kt + (size_t)hdp * Tp;              /* [Tp, hdp] */
+        float *kt = scratch + (size_t)omp_get_thread_num() * per_slot; /* [hdp, Tp] k^T */
+        float *vp = kt + (size_t)hdp * Tp;                               /* [Tp, hdp] */
+        float *pb = probs ? probs + (size_t)bh * T * T : vp + (size_t)Tp * hdp;
         pack_transposed(kt, k + item * ld + col, (size_t)ld, len, hd, Tp);
         pack_rows(vp, v + item * ld + col, (size_t)ld, len, hd, hdp);
         /* scores[t, s] = q_t . k_s */
@@ -239,7 +248,8 @@ void attention_forward(float *out, float *probs, float *scratch, const float *q,
                    (size_t)T, 0);
         for (int t = 0; t < len; t++)
             softmax_row(pb + (size_t)t * T, len, scale);
-        zero_outside(pb, len, T);
+        if (probs)
+            zero_outside(pb, len, T);
         /* out_t = sum_s p[t, s] v_s; pad query rows are zero */
         small_gemm(len, hd, len, pb, (size_t)T, 1, vp, (size_t)hdp, ob, (size_t)d, 0);
         for (int t = len; t < T; t++)
@@ -247,20 +257,20 @@ void attention_forward(float *out, float *probs, float *scratch, const float *q,
     }
 }
 
-void attention_backward(float *dq, float *dk, float *dv, float *scratch, const float *dout,
-                        const float *q, const float *k, const float *v, int ld,
+void attention_backward(float *dq, float *dk, float *dv, float *scratch, int slots,
+                        const float *dout, const float *q, const float *k, const float *v, int ld,
                         const float *probs, const int32_t *lengths, int B, int T, int d, int H,
                         float scale)
 {
     int hd = d / H, hdp = round_up(hd, VF_LANES), Tp = round_up(T, VF_LANES);
-    size_t task_floats = task_scratch_floats(T, d, H);
-#pragma omp parallel for schedule(static)
+    size_t per_slot = slot_floats(T, d, H);
+#pragma omp parallel for schedule(static) num_threads(team_size(slots))
     for (int bh = 0; bh < B * H; bh++) {
         int b = bh / H, h = bh % H;
         int len = lengths[b];
         size_t item = (size_t)b * T, col = (size_t)h * hd;
         const float *pb = probs + (size_t)bh * T * T;
-        float *packed_dout = scratch + (size_t)bh * task_floats; /* [Tp, hdp] */
+        float *packed_dout = scratch + (size_t)omp_get_thread_num() * per_slot; /* [Tp, hdp] */
         float *vt = packed_dout + (size_t)Tp * hdp;              /* [hdp, Tp] */
         float *kp = vt + (size_t)hdp * Tp;                       /* [Tp, hdp] */
         float *qp = kp + (size_t)Tp * hdp;                       /* [Tp, hdp] */

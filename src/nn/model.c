@@ -6,6 +6,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -230,10 +231,7 @@ void ac_model_free(ac_model *m)
     memset(m, 0, sizeof *m);
 }
 
-void ac_model_zero_grad(ac_model *m)
-{
-    memset(m->grads, 0, m->n_params * sizeof(float));
-}
+
 
 /* --------------------------------------------------------------- activations */
 
@@ -314,7 +312,9 @@ static size_t layout_activations(ac_activations *a, const ac_model_config *cfg, 
     a->grad_ff = carve(&c, N, ff, 1);
     a->grad_fc1 = carve(&c, N, ff, 1);
     a->grad_qkv = carve(&c, N, 3 * d, 1);
-    a->attn_scratch = carve(&c, attention_scratch_floats((int)B, (int)T, (int)d, cfg->n_heads), 1, 1);
+    a->attn_slots = omp_get_max_threads();
+    a->attn_scratch =
+        carve(&c, attention_scratch_floats((int)T, (int)d, cfg->n_heads, a->attn_slots), 1, 1);
     a->grad_pooled = carve(&c, B, d, 1);
     a->grad_logits = carve(&c, B, C, 1);
     return c.overflow ? 0 : c.used;
@@ -418,9 +418,21 @@ static void add_into(float *out, const float *in, size_t n)
         out[i] += in[i];
 }
 
+/* Zeroing in fixed pieces shared by the threads (these buffers are megabytes). */
+#define ZERO_PIECE 65536
 static void zero_floats(float *p, size_t n)
 {
-    memset(p, 0, n * sizeof(float));
+    long pieces = (long)((n + ZERO_PIECE - 1) / ZERO_PIECE);
+#pragma omp parallel for schedule(static) if (pieces > 1)
+    for (long i = 0; i < pieces; i++) {
+        size_t begin = (size_t)i * ZERO_PIECE;
+        memset(p + begin, 0, sizeof(float) * (n - begin < ZERO_PIECE ? n - begin : ZERO_PIECE));
+    }
+}
+
+void ac_model_zero_grad(ac_model *m)
+{
+    zero_floats(m->grads, m->n_params);
 }
 
 /* Every index the layers will use is in range: an id outside the vocabulary,
@@ -472,8 +484,9 @@ float ac_model_forward(ac_model *m, const int32_t *ids, const int32_t *lengths,
         float *qkv = a->qkv[l];
         linear_forward(qkv, x, w->q_w, NULL, N, d, 3 * d);
         prof_lap(m, &t, m->profile.forward, AC_PART_QKV);
-        attention_forward(a->attn[l], a->probs[l], a->attn_scratch, qkv, qkv + d, qkv + 2 * d, 3 * d, lengths, B, T,
-                          d, H, scale);
+        attention_forward(a->attn[l], labels || m->keep_attention ? a->probs[l] : NULL,
+                          a->attn_scratch, a->attn_slots, qkv, qkv + d, qkv + 2 * d, 3 * d,
+                          lengths, B, T, d, H, scale);
         prof_lap(m, &t, m->profile.forward, AC_PART_ATTENTION);
         linear_forward(a->attn_proj[l], a->attn[l], w->out_w, w->out_b, N, d, d);
         prof_lap(m, &t, m->profile.forward, AC_PART_ATTN_OUT);
@@ -610,8 +623,9 @@ void ac_model_backward(ac_model *m)
         float *dqkv = a->grad_qkv;
         const float *qkv = a->qkv[l];
         zero_floats(dqkv, 3 * Nd);
-        attention_backward(dqkv, dqkv + d, dqkv + 2 * d, a->attn_scratch, dattn, qkv, qkv + d,
-                           qkv + 2 * d, 3 * d, a->probs[l], lengths, B, T, d, H, scale);
+        attention_backward(dqkv, dqkv + d, dqkv + 2 * d, a->attn_scratch, a->attn_slots, dattn,
+                           qkv, qkv + d, qkv + 2 * d, 3 * d, a->probs[l], lengths, B, T, d, H,
+                           scale);
         prof_lap(m, &t, m->profile.backward, AC_PART_ATTENTION);
         /* dres1 (= dx) keeps the residual path; the projections add theirs:
          * it becomes the gradient w.r.t. this layer's input. */

@@ -5,6 +5,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "simd.h"
+
 /* The squared norm is summed in this many contiguous chunks (fixed, not the
  * thread count), then the partial sums are added in order: the result is the
  * same bits for any number of threads. */
@@ -72,6 +74,28 @@ float ac_lr_at(const ac_optim_config *c, long step)
     return (float)(floor_lr + (peak - floor_lr) * factor);
 }
 
+/* Sum of squares of x[0..n): 16 float lanes over blocks of NORM_BLOCK
+ * elements, each block's sum added in double, all in a fixed order. */
+#define NORM_BLOCK 1024
+static double sum_of_squares(const float *x, size_t n)
+{
+    double total = 0.0;
+    for (size_t b = 0; b < n; b += NORM_BLOCK) {
+        size_t end = n - b < NORM_BLOCK ? n : b + NORM_BLOCK;
+        vf16 acc = vf_splat(0.0f);
+        size_t i = b;
+        for (; i + VF_LANES <= end; i += VF_LANES) {
+            vf16 v = vf_load(x + i);
+            acc += v * v;
+        }
+        double block = vf_sum(acc);
+        for (; i < end; i++)
+            block += (double)x[i] * (double)x[i];
+        total += block;
+    }
+    return total;
+}
+
 float ac_clip_grad_norm(float *grads, size_t n, float clip_norm)
 {
     double partial[NORM_CHUNKS];
@@ -79,10 +103,7 @@ float ac_clip_grad_norm(float *grads, size_t n, float clip_norm)
     for (int chunk = 0; chunk < NORM_CHUNKS; chunk++) {
         size_t begin = (size_t)((unsigned __int128)n * (unsigned)chunk / NORM_CHUNKS);
         size_t end = (size_t)((unsigned __int128)n * (unsigned)(chunk + 1) / NORM_CHUNKS);
-        double sum = 0.0;
-        for (size_t i = begin; i < end; i++)
-            sum += (double)grads[i] * (double)grads[i];
-        partial[chunk] = sum;
+        partial[chunk] = sum_of_squares(grads + begin, end - begin);
     }
     double total = 0.0;
     for (int chunk = 0; chunk < NORM_CHUNKS; chunk++)
@@ -102,6 +123,38 @@ float ac_clip_grad_norm(float *grads, size_t n, float clip_norm)
  *   p *= 1 - lr * wd                      (decay tensors only)
  *   m = b1 m + (1 - b1) g ; v = b2 v + (1 - b2) g^2
  *   p -= (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps) */
+static void adamw_range(float *p, const float *g, float *mt, float *vt, size_t n, float b1,
+                        float b2, float eps, float step_size, float bias2_sqrt, float decay)
+{
+    size_t i = 0;
+    for (; i + VF_LANES <= n; i += VF_LANES) {
+        vf16 gi = vf_load(g + i);
+        vf16 mi = b1 * vf_load(mt + i) + (1.0f - b1) * gi;
+        vf16 vi = b2 * vf_load(vt + i) + (1.0f - b2) * gi * gi;
+        vf_store(mt + i, mi);
+        vf_store(vt + i, vi);
+        vf16 root = vi;
+        for (int k = 0; k < VF_LANES; k++)
+            root[k] = sqrtf(vi[k]);
+        vf16 denom = root / bias2_sqrt + eps;
+        vf_store(p + i, vf_load(p + i) * decay - step_size * mi / denom);
+    }
+    for (; i < n; i++) {
+        float gi = g[i];
+        float mi = b1 * mt[i] + (1.0f - b1) * gi;
+        float vi = b2 * vt[i] + (1.0f - b2) * gi * gi;
+        mt[i] = mi;
+        vt[i] = vi;
+        float denom = sqrtf(vi) / bias2_sqrt + eps;
+        p[i] = p[i] * decay - step_size * mi / denom;
+    }
+}
+
+/* Elements of a tensor updated by one task: big tensors (the embedding) are
+ * split so both cores share them. Each element's update is independent, so
+ * the split does not change the bits. */
+#define ADAMW_TASK 16384
+
 void ac_adamw_step(const ac_model *m, float *params, const float *grads, float *m1, float *m2,
                    const ac_optim_config *c, float lr, long t)
 {
@@ -114,27 +167,20 @@ void ac_adamw_step(const ac_model *m, float *params, const float *grads, float *
     const float bias2_sqrt = (float)sqrt(bias2);
     const float decay_factor = 1.0f - lr * c->weight_decay;
     /* One parallel region for the whole step (not one per tensor): a region
-     * per small tensor would cost a thread-team start each, and libgomp
-     * allocates a team for every region it runs serially. Each element's
-     * update is independent, so any split gives the same bits. */
+     * per small tensor would cost a thread-team start each. */
 #pragma omp parallel
     for (int ti = 0; ti < m->n_tensors; ti++) {
         const ac_param_info *info = &m->table[ti];
-        float *p = params + info->offset;
-        const float *g = grads + info->offset;
-        float *mt = m1 + info->offset;
-        float *vt = m2 + info->offset;
         const float decay = info->weight_decay ? decay_factor : 1.0f;
-        const long n = (long)info->numel;
+        const size_t n = info->numel, off = info->offset;
+        const long n_tasks = (long)((n + ADAMW_TASK - 1) / ADAMW_TASK);
 #pragma omp for schedule(static) nowait
-        for (long i = 0; i < n; i++) {
-            float gi = g[i];
-            float mi = b1 * mt[i] + (1.0f - b1) * gi;
-            float vi = b2 * vt[i] + (1.0f - b2) * gi * gi;
-            mt[i] = mi;
-            vt[i] = vi;
-            float denom = sqrtf(vi) / bias2_sqrt + eps;
-            p[i] = p[i] * decay - step_size * mi / denom;
+        for (long task = 0; task < n_tasks; task++) {
+            size_t begin = (size_t)task * ADAMW_TASK;
+            size_t len = n - begin < ADAMW_TASK ? n - begin : ADAMW_TASK;
+            size_t at = off + begin;
+            adamw_range(params + at, grads + at, m1 + at, m2 + at, len, b1, b2, eps, step_size,
+                        bias2_sqrt, decay);
         }
     }
 }
