@@ -31,12 +31,15 @@ static const command COMMANDS[] = {
 /* Debian's OpenBLAS 0.3.21 (DYNAMIC_ARCH) does not recognise recent AVX-512
  * CPUs and falls back to older, much slower kernels (Haswell or even
  * Prescott). The core is chosen when the library loads, before main, and only
- * OPENBLAS_CORETYPE overrides it; so when the CPU has the AVX-512 subsets the
- * SkylakeX kernels need and OpenBLAS picked something else, set the variable
- * and re-execute ourselves once. If exec fails we just carry on (slower).
- * Also: OpenBLAS must not start its own threads; we parallelise with OpenMP. */
+ * OPENBLAS_CORETYPE overrides it. OpenBLAS also starts a pool of worker
+ * threads at load time that spin (sched_yield) for a while: with our OpenMP
+ * threads on a 2-core machine they steal the CPU, and a cold `predict` took
+ * 80 ms instead of 20. Only OPENBLAS_NUM_THREADS=1 at load time prevents the
+ * pool. So when either variable needs setting, set them and re-execute
+ * ourselves once (about 3 ms). If exec fails we just carry on (slower). */
 static void openblas_setup(char **argv)
 {
+    int exec_again = 0;
     if (!getenv("OPENBLAS_CORETYPE")) {
         __builtin_cpu_init();
         int skylakex_capable = __builtin_cpu_supports("avx512f") &&
@@ -49,11 +52,18 @@ static void openblas_setup(char **argv)
                                       strcasecmp(core, "Cooperlake") == 0 ||
                                       strcasecmp(core, "SapphireRapids") == 0);
         if (skylakex_capable && !already_avx512 &&
-            setenv("OPENBLAS_CORETYPE", "SkylakeX", 1) == 0) {
-            execv("/proc/self/exe", argv);
-            unsetenv("OPENBLAS_CORETYPE"); /* exec failed: keep the environment honest */
-        }
+            setenv("OPENBLAS_CORETYPE", "SkylakeX", 1) == 0)
+            exec_again = 1;
     }
+    if (!getenv("OPENBLAS_NUM_THREADS") && setenv("OPENBLAS_NUM_THREADS", "1", 1) == 0)
+        exec_again = 1;
+    /* libgomp's idle threads spin for about 300,000 rounds before sleeping:
+     * on 2 cores that spinning starves the serial parts (model loading, a
+     * busy neighbour process). A shorter spin keeps the training speed. */
+    if (exec_again && !getenv("GOMP_SPINCOUNT") && !getenv("OMP_WAIT_POLICY"))
+        setenv("GOMP_SPINCOUNT", "10000", 1);
+    if (exec_again)
+        execv("/proc/self/exe", argv);
     openblas_set_num_threads(1);
 }
 

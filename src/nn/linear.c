@@ -8,7 +8,7 @@
 #include <string.h>
 
 /* Rows of the input handled by one sgemm call (forward and din). */
-#define LINEAR_ROW_CHUNK 64
+#define LINEAR_ROW_CHUNK 128
 /* Rows of dw (output features) handled by one sgemm call; each call reduces over
  * all N rows, so the reduction order never depends on the thread count. */
 #define LINEAR_DW_CHUNK 16
