@@ -169,7 +169,8 @@ static void check_fixture(const char *file)
     }
     ck_assert_msg(padded > 0 && B >= 2 && C >= 2, "%s: fixture without padding", file);
 
-    /* Forward: logits and loss. */
+    /* Forward: logits and loss (no dropout; maps kept as a backward follows). */
+    m->keep_attention = 1;
     float loss = ac_model_forward(m, fx.ids, fx.lengths, fx.labels, B, T, 0, 0);
     const float *ref_logits = tensor_f32(&fx.st, "logits", (size_t)B * C, NULL);
     const float *ref_loss = tensor_f32(&fx.st, "loss", 1, NULL);

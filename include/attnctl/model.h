@@ -125,7 +125,7 @@ typedef struct {
     ac_model_profile profile;
     int keep_attention; /* inference forwards keep the attention maps in act.probs */
     /* state of the last forward, used by backward */
-    int last_B, last_T, last_train;
+    int last_B, last_T, last_train, last_maps_kept;
     const int32_t *last_ids, *last_lengths, *last_labels;
 } ac_model;
 
@@ -147,8 +147,8 @@ int ac_model_find_tensor(const ac_model *m, const char *name);
  * lengths [B] (1..T), labels [B] or NULL. train != 0 enables dropout with
  * masks keyed by dropout_key. Logits land in m->act.logits, class
  * probabilities in m->act.probs_out, attention maps in m->act.probs[l]
- * (when labels are given, as a backward needs them, or when
- * m->keep_attention is set).
+ * (only when train != 0 or m->keep_attention is set: evaluation does not
+ * pay for storing them).
  * Returns the mean loss when labels are given, else 0. The pointers must stay
  * valid until backward. Allocates nothing. Returns NaN without computing
  * anything (and backward then does nothing) when B or T exceed the allocated
@@ -156,7 +156,9 @@ int ac_model_find_tensor(const ac_model *m, const char *name);
 float ac_model_forward(ac_model *m, const int32_t *ids, const int32_t *lengths,
                        const int32_t *labels, int B, int T, int train, uint64_t dropout_key);
 void ac_model_zero_grad(ac_model *m);
-/* Backward of the last forward (which must have had labels): adds into m->grads. */
+/* Backward of the last forward, which must have had labels and kept the
+ * attention maps (train != 0 or keep_attention); otherwise it does nothing.
+ * Adds into m->grads. */
 void ac_model_backward(ac_model *m);
 
 #endif

@@ -468,6 +468,9 @@ float ac_model_forward(ac_model *m, const int32_t *ids, const int32_t *lengths,
     const float p = c->dropout;
     const int drop = dropout_active(m, train);
     const float scale = 1.0f / sqrtf((float)(d / H));
+    /* Attention maps (B*H*T*T floats a layer) are stored only when a backward
+     * may follow or the caller asked for them: evaluation skips the traffic. */
+    const int maps = train || m->keep_attention;
     double t = prof_start(m);
 
     embedding_forward(a->embed_sum, ids, m->p.embed_w, m->pos_table, B, T, d);
@@ -484,7 +487,7 @@ float ac_model_forward(ac_model *m, const int32_t *ids, const int32_t *lengths,
         float *qkv = a->qkv[l];
         linear_forward(qkv, x, w->q_w, NULL, N, d, 3 * d);
         prof_lap(m, &t, m->profile.forward, AC_PART_QKV);
-        attention_forward(a->attn[l], labels || m->keep_attention ? a->probs[l] : NULL,
+        attention_forward(a->attn[l], maps ? a->probs[l] : NULL,
                           a->attn_scratch, a->attn_slots, qkv, qkv + d, qkv + 2 * d, 3 * d,
                           lengths, B, T, d, H, scale);
         prof_lap(m, &t, m->profile.forward, AC_PART_ATTENTION);
@@ -528,6 +531,7 @@ float ac_model_forward(ac_model *m, const int32_t *ids, const int32_t *lengths,
     m->last_B = B;
     m->last_T = T;
     m->last_train = train;
+    m->last_maps_kept = maps;
     m->last_ids = ids;
     m->last_lengths = lengths;
     m->last_labels = labels;
@@ -550,8 +554,8 @@ void ac_model_backward(ac_model *m)
 {
     const ac_model_config *c = &m->cfg;
     ac_activations *a = &m->act;
-    if (m->last_B < 1 || !m->last_labels)
-        return; /* no forward with labels to differentiate */
+    if (m->last_B < 1 || !m->last_labels || !m->last_maps_kept)
+        return; /* no forward with labels and attention maps to differentiate */
     const int B = m->last_B, T = m->last_T;
     const int d = c->d_model, H = c->n_heads, ff = c->d_ff, L = c->n_layers, C = c->n_classes;
     const int N = B * T;
