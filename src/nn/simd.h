@@ -11,6 +11,7 @@
 #define VF_LANES 16
 typedef float vf16 __attribute__((vector_size(64)));
 typedef int32_t vi16 __attribute__((vector_size(64)));
+typedef uint32_t vu16 __attribute__((vector_size(64))); /* bit work: wraps, never overflows */
 
 static inline vf16 vf_load(const float *p)
 {
@@ -67,7 +68,7 @@ static inline vf16 vf_exp_nonpositive(vf16 x)
     const float round_magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
     vi16 underflow = x < -86.0f;
     vf16 t = x * log2e + round_magic;
-    vi16 n = (vi16)t - (vi16)vf_splat(round_magic);
+    vu16 n = (vu16)t - (vu16)vf_splat(round_magic); /* the integer, two's complement */
     vf16 nf = t - round_magic;
     vf16 r = x - nf * ln2_hi;
     r = r - nf * ln2_lo;
@@ -78,8 +79,9 @@ static inline vf16 vf_exp_nonpositive(vf16 x)
     p = p * r + 5.0000001201e-1f;
     p = p * (r * r) + r + 1.0f;
     /* For -86 <= x <= 0: n in [-124, 0] and p in [0.7, 1.42], so adding n to
-     * the exponent field stays in the normal range. */
-    return (vf16)(~underflow & ((vi16)p + (n << 23)));
+     * the exponent field stays in the normal range. Other lanes are zeroed. */
+    vu16 bits = (vu16)p + (n << 23);
+    return (vf16)(~(vu16)underflow & bits);
 }
 
 #endif
