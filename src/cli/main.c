@@ -1,5 +1,6 @@
 /* attnctl: the subcommand table, help and version. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,6 +111,10 @@ static int unknown_command(const char *name)
 int main(int argc, char **argv)
 {
     openblas_setup(argv);
+    /* Past a file-size limit (ulimit -f) a write must fail with EFBIG and go
+     * through the error path, which removes temporary files and keeps the
+     * previous model; the default action would kill us halfway instead. */
+    signal(SIGXFSZ, SIG_IGN);
     if (argc < 2) {
         print_usage(stderr);
         fputs("Try 'attnctl help'.\n", stderr);

@@ -546,6 +546,8 @@ int cmd_train(int argc, char **argv)
     int quiet = a.v[OPT_QUIET].set;
     int resume = a.v[OPT_RESUME].set;
     const char *out_dir = resume ? a.v[OPT_RESUME].s : a.v[OPT_OUT].s;
+    /* A run that fails before writing anything leaves no empty directory. */
+    int out_existed = out_dir && access(out_dir, F_OK) == 0;
     const char *train_path = a.train_path;
     const char *val_path = a.v[OPT_VAL_FILE].set ? a.v[OPT_VAL_FILE].s : NULL;
     const char *text_column = a.v[OPT_TEXT_COLUMN].set ? a.v[OPT_TEXT_COLUMN].s : NULL;
@@ -557,7 +559,8 @@ int cmd_train(int argc, char **argv)
     ac_rawdata train, val;
     memset(&train, 0, sizeof train);
     memset(&val, 0, sizeof val);
-    int have_train = 0, have_val = 0;
+    int have_train = 0, have_val = 0, have_handlers = 0;
+    saved_signals saved;
     ac_config_defaults(&cfg);
 
     if (resume) {
@@ -602,6 +605,10 @@ int cmd_train(int argc, char **argv)
         }
     }
     cli_set_threads(a.v[OPT_THREADS].set ? (int)a.v[OPT_THREADS].i : 0);
+    /* From here on SIGINT/SIGTERM ask for a clean stop (also while reading the
+     * data, which takes seconds on a big file). */
+    install_stop_handlers(&saved);
+    have_handlers = 1;
 
     ac_read_options ro = {.text_column = text_column, .label_column = label_column,
                           .need_label = 1};
@@ -627,6 +634,12 @@ int cmd_train(int argc, char **argv)
         warn_about_data(&val, val_path, quiet);
     }
 
+    if (stop_signal) { /* nothing was written yet: nothing to resume */
+        fprintf(stderr, "attnctl: interrupted before training started; nothing was saved\n");
+        rc = stop_signal == SIGTERM ? CLI_EXIT_SIGTERM : CLI_EXIT_SIGINT;
+        goto done;
+    }
+
     cli_progress progress;
     cli_progress_init(&progress, quiet);
     ac_train_options to = {
@@ -645,10 +658,7 @@ int cmd_train(int argc, char **argv)
         .progress_user = &progress,
     };
     ac_train_result result;
-    saved_signals saved;
-    install_stop_handlers(&saved);
     int train_rc = ac_train(&to, &result, &err);
-    restore_signals(&saved);
     cli_progress_clear(&progress);
     if (train_rc) {
         rc = cli_error("%s", err.msg);
@@ -667,6 +677,10 @@ int cmd_train(int argc, char **argv)
         print_result(&result, out_dir, &cfg);
     rc = CLI_EXIT_OK;
 done:
+    if (rc == CLI_EXIT_RUNTIME && out_dir && !out_existed)
+        rmdir(out_dir); /* only succeeds when empty */
+    if (have_handlers)
+        restore_signals(&saved);
     if (have_train)
         ac_rawdata_free(&train);
     if (have_val)
