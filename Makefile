@@ -12,7 +12,7 @@ DEB_BUILD_PKGS := gcc make pkg-config libcjson-dev libcsv-dev check libsubunit-d
 DEB_CHECK_PKGS := $(DEB_BUILD_PKGS) python3 valgrind groff-base
 DEB_CLANG_PKGS := clang libomp-dev libclang-rt-14-dev libfuzzer-14-dev
 
-WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
+WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wno-psabi
 OPT      ?= -O3 -march=native
 CPPFLAGS += -Iinclude -D_GNU_SOURCE
 CFLAGS   ?=
@@ -97,14 +97,78 @@ $(BUILD)/tests/%: tests/%.c $(LIB) | $(DEPS_STAMP)
 # ---- tests -----------------------------------------------------------------
 # Each Check suite prints its own summary; tests/run.sh sums them up and
 # fails when any suite fails.
+# After the suites, `make check` fuzzes every parser a little and runs the
+# end-to-end flow under valgrind; `make asan` and `make clang` run the suites only.
+CHECK_EXTRAS ?= fuzz-check valgrind-check
 check: $(TEST_BINS) $(BIN)
 	@ATTNCTL=$(abspath $(BIN)) BUILD=$(BUILD) sh tests/run.sh $(TEST_BINS)
+	@for t in $(CHECK_EXTRAS); do $(MAKE) --no-print-directory $$t || exit 1; done
 
 asan:
-	$(MAKE) BUILD=build/asan SAN=1 OPT=-O1 check
+	$(MAKE) BUILD=build/asan SAN=1 OPT='-O1 -march=native' CHECK_EXTRAS= check
 
 clang: deps-clang
-	$(MAKE) BUILD=build/clang CC=clang check
+	$(MAKE) BUILD=build/clang CC=clang CHECK_EXTRAS= check
+
+# ---- valgrind --------------------------------------------------------------
+# The end-to-end flow (tests/valgrind.sh) under memcheck. Valgrind 3.19 cannot
+# run AVX-512 code, so this binary is built for x86-64-v3 (AVX2) in its own
+# directory.
+VALGRIND_BUILD ?= build/valgrind
+.PHONY: valgrind-check
+valgrind-check: $(DEPS_STAMP)
+	@$(MAKE) --no-print-directory BUILD=$(VALGRIND_BUILD) OPT='-O1 -march=x86-64-v3' \
+	    $(VALGRIND_BUILD)/attnctl
+	@sh tests/valgrind.sh $(VALGRIND_BUILD)/attnctl $(VALGRIND_BUILD)/work
+
+# ---- fuzzing ---------------------------------------------------------------
+# libFuzzer targets (tests/fuzz/fuzz_*.c) linked against the library built by
+# clang with coverage instrumentation, ASan and UBSan, in its own directory.
+# `make fuzz` runs each target FUZZ_SECONDS (one after the other, one process
+# each); `make fuzz-check` is the short run for `make check` (0 skips it).
+# New inputs go to $(FUZZ_BUILD)/corpus; tests/fuzz/corpus/ is only read.
+# -march=native as in the normal build, so the same vector code (src/nn/simd.h) runs.
+FUZZ_BUILD         ?= build/fuzz
+FUZZ_CC            ?= clang
+FUZZ_SECONDS       ?= 180
+FUZZ_CHECK_SECONDS ?= 20
+FUZZ_TARGETS := csv tokenizer config safetensors vocab predict
+FUZZ_CFLAGS  := -std=c11 $(WARN) -O1 -march=native -g -fopenmp -fno-omit-frame-pointer \
+                -fsanitize=address,undefined -fno-sanitize-recover=all
+FUZZ_LIB_OBJS := $(patsubst %.c,$(FUZZ_BUILD)/%.o,$(LIB_SRCS))
+FUZZ_LIB  := $(FUZZ_BUILD)/libattnctl.a
+FUZZ_BINS := $(addprefix $(FUZZ_BUILD)/fuzz_,$(FUZZ_TARGETS))
+
+.PHONY: fuzz-build fuzz-check
+
+$(FUZZ_BUILD)/src/%.o: src/%.c | deps-clang
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(CPPFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
+
+$(FUZZ_LIB): $(FUZZ_LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h $(FUZZ_LIB) | deps-clang
+	$(FUZZ_CC) $(CPPFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_LIB) $(LDLIBS)
+
+fuzz-build: $(FUZZ_BINS)
+
+fuzz: fuzz-build
+	@sh tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+ifeq ($(FUZZ_CHECK_SECONDS),0)
+fuzz-check:
+	@echo "fuzz-check: skipped (FUZZ_CHECK_SECONDS=0)"
+else
+fuzz-check: fuzz-build
+	@sh tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_CHECK_SECONDS) $(FUZZ_TARGETS)
+endif
+
+ifeq ($(filter $(BUILD)/%,$(FUZZ_BUILD)),)
+-include $(shell find $(FUZZ_BUILD) -name '*.d' 2>/dev/null)
+endif
+# ---- end of fuzzing --------------------------------------------------------
 
 bench: $(BIN)
 	$(BIN) bench --config models/bench-a.json --batch-size 32 --threads 2

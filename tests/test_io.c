@@ -834,6 +834,113 @@ START_TEST(test_config_errors)
 }
 END_TEST
 
+/* Regression (found by tests/fuzz/fuzz_config): a number inside a float
+ * key's range could round onto an open bound when stored as a float
+ * (dropout 0.99999999 -> 1.0f), giving a config that the model rejects and
+ * that does not load back once written. */
+START_TEST(test_config_float_rounding)
+{
+    const struct {
+        const char *json, *want;
+    } rejected[] = {
+        {"{\"model\": {\"dropout\": 0.99999999}}", "x.json: model.dropout: must be a number in [0, 1)"},
+        {"{\"model\": {\"ln_eps\": 1e-50}}", "x.json: model.ln_eps: must be a number in (0, 1)"},
+        {"{\"model\": {\"ln_eps\": 0.999999999}}", "x.json: model.ln_eps: must be a number in (0, 1)"},
+        {"{\"training\": {\"lr\": 1e-50}}", "x.json: training.lr: must be a number in (0, 10]"},
+        {"{\"training\": {\"beta2\": 0.9999999999}}", "x.json: training.beta2: must be a number in [0, 1)"},
+        {"{\"training\": {\"eps\": 1e-46}}", "x.json: training.eps: must be a number in (0, 1)"},
+        /* the input the fuzzer found */
+        {"{\"model\": {\"dropout\": 0.99999999, \"ln_eps\": 1e-12}, \"training\": {\"lr\": 1e-30,"
+         " \"warmup_frac\": 1, \"val_split\": 0.5, \"min_lr_ratio\": 0.3}}",
+         "x.json: model.dropout: must be a number in [0, 1)"},
+    };
+    ac_err err = {{0}};
+    for (size_t i = 0; i < sizeof rejected / sizeof rejected[0]; i++) {
+        ac_config c;
+        ac_config_defaults(&c);
+        ck_assert_msg(ac_config_parse(&c, rejected[i].json, strlen(rejected[i].json), "x.json", 0,
+                                      &err) == -1,
+                      "accepted: %s", rejected[i].json);
+        ck_assert_msg(strstr(err.msg, rejected[i].want) != NULL, "expected \"%s\" in: %s",
+                      rejected[i].want, err.msg);
+        ck_assert(c.model.dropout == 0.1f); /* unchanged */
+    }
+    /* close to the bounds but representable: accepted, valid, and written back the same */
+    const char *fine = "{\"labels\": [\"a\", \"b\"], \"model\": {\"dropout\": 0.9999999, "
+                       "\"ln_eps\": 1e-30}, \"training\": {\"lr\": 1e-30, \"beta2\": 0.9999999}}";
+    ac_config c;
+    ac_config_defaults(&c);
+    ck_assert_msg(ac_config_parse(&c, fine, strlen(fine), "x.json", 0, &err) == 0, "%s", err.msg);
+    ck_assert(c.model.dropout < 1.0f && c.model.ln_eps > 0.0f && c.training.optim.lr > 0.0f);
+    ck_assert_msg(ac_model_config_validate(&c.model, &err) == 0, "%s", err.msg);
+    char *text = ac_config_to_json(&c);
+    ac_config back;
+    ac_config_defaults(&back);
+    ck_assert_msg(ac_config_parse(&back, text, strlen(text), "back.json", 1, &err) == 0, "%s", err.msg);
+    char *again = ac_config_to_json(&back);
+    ck_assert_str_eq(text, again);
+    free(text);
+    free(again);
+    ac_config_free(&back);
+    ac_config_free(&c);
+}
+END_TEST
+
+/* Regression (found by tests/fuzz/fuzz_config): seed 2^53 + 1 was written as
+ * the JSON number 9007199254740993 ((double)(2^53 + 1) == 2^53 passed the
+ * "exact" test), which reads back as 2^53: a saved model's seed changed
+ * silently. Seeds from 2^53 up are strings; a number that reads as 2^53 is
+ * refused, since it may have been written as 2^53 + 1. */
+START_TEST(test_config_seed_near_2_53)
+{
+    const uint64_t two53 = 1ULL << 53;
+    const struct {
+        uint64_t seed;
+        const char *written;
+    } cases[] = {
+        {two53 - 1, "\"seed\": 9007199254740991,"},
+        {two53, "\"seed\": \"9007199254740992\","},
+        {two53 + 1, "\"seed\": \"9007199254740993\","},
+    };
+    ac_err err = {{0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ac_config c;
+        ac_config_defaults(&c);
+        set_labels(&c, TWO_LABELS, 2);
+        c.training.seed = cases[i].seed;
+        char *text = ac_config_to_json(&c);
+        ck_assert_msg(strstr(text, cases[i].written) != NULL, "no %s in:\n%s", cases[i].written, text);
+        ac_config back;
+        ac_config_defaults(&back);
+        ck_assert_msg(ac_config_parse(&back, text, strlen(text), "x.json", 1, &err) == 0, "%s", err.msg);
+        ck_assert(back.training.seed == cases[i].seed);
+        free(text);
+        ac_config_free(&back);
+        ac_config_free(&c);
+    }
+    /* the input the fuzzer found, as a preset: kept exactly */
+    const char *found = "{\"training\": {\"seed\": \"9007199254740993\"}}";
+    ac_config c;
+    ac_config_defaults(&c);
+    ck_assert_msg(ac_config_parse(&c, found, strlen(found), "x.json", 0, &err) == 0, "%s", err.msg);
+    ck_assert(c.training.seed == two53 + 1);
+    /* numbers: exact below 2^53; 2^53 and 2^53 + 1 both read as 2^53, so refused */
+    const char *numbers[] = {"{\"training\": {\"seed\": 9007199254740992}}",
+                             "{\"training\": {\"seed\": 9007199254740993}}"};
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(ac_config_parse(&c, numbers[i], strlen(numbers[i]), "x.json", 0, &err), -1);
+        ck_assert_msg(strstr(err.msg, "x.json: training.seed: must be an integer in "
+                                      "0..18446744073709551615 (as a decimal string from 2^53 up)"),
+                      "%s", err.msg);
+        ck_assert(c.training.seed == two53 + 1); /* unchanged */
+    }
+    const char *below = "{\"training\": {\"seed\": 9007199254740991}}";
+    ck_assert_msg(ac_config_parse(&c, below, strlen(below), "x.json", 0, &err) == 0, "%s", err.msg);
+    ck_assert(c.training.seed == two53 - 1);
+    ac_config_free(&c);
+}
+END_TEST
+
 /* full = 1: every key and section of a written config is required. */
 START_TEST(test_config_missing_keys)
 {
@@ -1490,6 +1597,8 @@ static Suite *io_suite(void)
     tcase_add_loop_test(tcfg, test_config_errors, 0,
                         (int)(sizeof CONFIG_CASES / sizeof CONFIG_CASES[0]));
     tcase_add_test(tcfg, test_config_missing_keys);
+    tcase_add_test(tcfg, test_config_float_rounding);
+    tcase_add_test(tcfg, test_config_seed_near_2_53);
     tcase_add_test(tcfg, test_trainer_state_round_trip);
     suite_add_tcase(s, tcfg);
 

@@ -561,6 +561,55 @@ START_TEST(test_vocab_load_errors)
 }
 END_TEST
 
+/* Regression (found by tests/fuzz/fuzz_vocab): "th\r\r\n" loaded as the
+ * token "th\r", which ac_vocab_write wrote as "th\r\n" and a reload read as
+ * "th" (a different token, or a duplicate). The tokenizer never yields white
+ * space or control characters, so such a line is an error naming it. */
+START_TEST(test_vocab_load_control_chars)
+{
+    const struct {
+        const char *content, *message; /* message after "PATH" */
+    } cases[] = {
+        {"<pad>\n<unk>\nth\r\r\n", ":3: token contains white space or a control character (byte 0x0d)"},
+        {"<pad>\r\n<unk>\r\nok\r\nth\r\r\n", ":4: token contains white space or a control character (byte 0x0d)"},
+        {"<pad>\n<unk>\na\rb\n", ":3: token contains white space or a control character (byte 0x0d)"},
+        {"<pad>\n<unk>\nx\ngood film\n", ":4: token contains white space or a control character (byte 0x20)"},
+        {"<pad>\n<unk>\n\tx\n", ":3: token contains white space or a control character (byte 0x09)"},
+        {"<pad>\n<unk>\nx\x7f\n", ":3: token contains white space or a control character (byte 0x7f)"},
+        {"<pad> \n<unk>\n", ":1: token contains white space or a control character (byte 0x20)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[64], want[160];
+        write_temp(path, sizeof path, cases[i].content, strlen(cases[i].content));
+        ac_vocab v;
+        ac_err err = {{0}};
+        int rc = ac_vocab_load(&v, path, &err);
+        unlink(path);
+        ck_assert_msg(rc == -1, "accepted: %s", cases[i].content);
+        snprintf(want, sizeof want, "%s%s", path, cases[i].message);
+        ck_assert_msg(strcmp(err.msg, want) == 0, "got \"%s\", want \"%s\"", err.msg, want);
+        ck_assert_ptr_null(v.tokens);
+        ck_assert_int_eq(v.size, 0);
+    }
+    /* what loads writes back to a file that loads the same (CRLF input included) */
+    ac_vocab v, back;
+    vocab_from_text(&v, "<pad>\r\n<unk>\r\nth\r\ncaf\xC3\xA9\r\n\xE2\x80\x94");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    ac_err err = {{0}};
+    ck_assert_int_eq(ac_vocab_write(&v, f, &err), 0);
+    fclose(f);
+    vocab_from_text(&back, text);
+    ck_assert_int_eq(back.size, v.size);
+    for (int32_t i = 0; i < v.size; i++)
+        ck_assert_str_eq(back.tokens[i], v.tokens[i]);
+    free(text);
+    ac_vocab_free(&v);
+    ac_vocab_free(&back);
+}
+END_TEST
+
 START_TEST(test_vocab_load_nul_and_missing)
 {
     char path[64];
@@ -1298,6 +1347,7 @@ int main(void)
     tcase_add_test(voc, test_vocab_load_lenient);
     tcase_add_loop_test(voc, test_vocab_load_errors, 0, (int)(sizeof BAD_VOCABS / sizeof BAD_VOCABS[0]));
     tcase_add_test(voc, test_vocab_load_nul_and_missing);
+    tcase_add_test(voc, test_vocab_load_control_chars);
     tcase_add_test(voc, test_vocab_large_lookup);
     tcase_add_test(voc, test_vocab_thread_count_invariant);
     suite_add_tcase(s, voc);

@@ -109,7 +109,7 @@ void ac_config_defaults(ac_config *c);
  * 1..65536 (got 0)"); JSON syntax errors give "x.json:LINE:COL: not valid JSON".
  * On error *c is unchanged. A preset setting model.vocab_size without
  * training.vocab_max sets both; labels without model.n_classes set the count.
- * Seeds above 2^53 are written as decimal strings (numbers lose precision). */
+ * Seeds from 2^53 up are written as decimal strings (numbers lose precision). */
 int ac_config_load(ac_config *c, const char *path, int full, ac_err *err);
 int ac_config_parse(ac_config *c, const char *json, size_t len, const char *name, int full,
                     ac_err *err);

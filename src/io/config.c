@@ -96,7 +96,7 @@ typedef enum {
     K_POOLING,    /* ac_pooling */
     K_SCHEDULE,   /* ac_schedule_kind */
     K_TRUNCATION, /* ac_truncation */
-    K_SEED,       /* uint64_t: number up to 2^53 or decimal string */
+    K_SEED,       /* uint64_t: number below 2^53 or decimal string */
     K_STRING,     /* char[cap] */
     K_SHA256,     /* char[65]: "" or 64 hex digits */
     K_ACCURACY,   /* double: null (stored < 0) or [0, 1] */
@@ -221,7 +221,7 @@ static void describe_expected(const key_spec *k, char *out, size_t n)
         break;
     case K_SEED:
     case K_SEED_TEXT:
-        snprintf(out, n, "an integer in 0..18446744073709551615 (as a decimal string above 2^53)");
+        snprintf(out, n, "an integer in 0..18446744073709551615 (as a decimal string from 2^53 up)");
         break;
     case K_REAL:
         snprintf(out, n, "a number or null");
@@ -289,7 +289,9 @@ static int parse_seed(const cJSON *v, uint64_t *out)
 {
     double d;
     if (cJSON_IsNumber(v)) {
-        if (number_in(v, 0, MAX_EXACT_INT, 0, 1, &d) != 0)
+        /* A number that reads as 2^53 may have been written as 2^53 + 1:
+         * larger seeds must be strings, so nothing changes silently. */
+        if (number_in(v, 0, MAX_EXACT_INT, HI_OPEN, 1, &d) != 0)
             return -1;
         *out = (uint64_t)d;
         return 0;
@@ -343,11 +345,19 @@ static int store_value(void *base, const key_spec *k, const cJSON *v)
         else
             *(int32_t *)(void *)field = (int32_t)d;
         return 0;
-    case K_FLOAT:
+    case K_FLOAT: {
         if (number_in(v, k->lo, k->hi, k->flags, 0, &d) != 0)
             return -1;
-        *(float *)(void *)field = (float)d;
+        /* The range holds for the float that is kept, not only for the
+         * number written: 0.99999999 rounds to 1.0f, 1e-50 to 0.0f. */
+        float f = (float)d;
+        if ((k->flags & LO_OPEN) ? !(f > k->lo) : !(f >= k->lo))
+            return -1;
+        if ((k->flags & HI_OPEN) ? !(f < k->hi) : !(f <= k->hi))
+            return -1;
+        *(float *)(void *)field = f;
         return 0;
+    }
     case K_DOUBLE:
         if (number_in(v, k->lo, k->hi, k->flags, 0, &d) != 0)
             return -1;
@@ -735,8 +745,9 @@ static cJSON *value_json(const void *base, const key_spec *k)
         uint64_t s = *(const uint64_t *)(const void *)field;
         char buf[32];
         snprintf(buf, sizeof buf, "%llu", (unsigned long long)s);
-        /* JSON numbers are exact only up to 2^53 in most readers. */
-        return (double)s <= MAX_EXACT_INT ? cJSON_CreateRaw(buf) : cJSON_CreateString(buf);
+        /* JSON numbers are exact below 2^53 in most readers (2^53 + 1 reads
+         * as 2^53). Compared as integers: (double)(2^53 + 1) is 2^53. */
+        return s < (1ULL << 53) ? cJSON_CreateRaw(buf) : cJSON_CreateString(buf);
     }
     case K_STRING:
     case K_SHA256:

@@ -390,6 +390,16 @@ int ac_vocab_load(ac_vocab *v, const char *path, ac_err *err)
             ac_err_set(err, "%s:%lld: token contains a NUL byte", path, (long long)lineno);
             goto done;
         }
+        /* The tokenizer never yields white space or control characters, and a
+         * CR left at the end ("tok\r\r\n") would not survive a write + load. */
+        size_t bad = 0;
+        while (bad < len && (unsigned char)line[bad] > ' ' && line[bad] != 0x7f)
+            bad++;
+        if (bad < len) {
+            ac_err_set(err, "%s:%lld: token contains white space or a control character (byte 0x%02x)",
+                       path, (long long)lineno, (unsigned char)line[bad]);
+            goto done;
+        }
         if (ac_utf8_valid_prefix(line, len) != len) {
             ac_err_set(err, "%s:%lld: token is not valid UTF-8", path, (long long)lineno);
             goto done;
