@@ -9,7 +9,7 @@ CC      ?= cc
 # Debian packages the build and the tests need; installed when missing.
 DEB_BUILD_PKGS := gcc make pkg-config libcjson-dev libcsv-dev check libsubunit-dev \
                   libutf8proc-dev zlib1g-dev libopenblas-dev nettle-dev
-DEB_CHECK_PKGS := $(DEB_BUILD_PKGS) python3 valgrind groff-base
+DEB_CHECK_PKGS := $(DEB_BUILD_PKGS) python3 valgrind groff-base chromium
 DEB_CLANG_PKGS := clang libomp-dev libclang-rt-14-dev libfuzzer-14-dev
 
 WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wno-psabi
