@@ -952,7 +952,8 @@ START_TEST(test_config_missing_keys)
     const struct { const char *cut; const char *want; } cases[] = {
         {"    \"d_ff\": 256,\n", "x.json: model.d_ff: missing required key"},
         {"    \"casefold\": true,\n", "x.json: tokenizer.casefold: missing required key"},
-        {"    \"min_count\": 2\n", NULL /* leaves a trailing comma: not JSON */},
+        {"    \"label_smoothing\": 0\n", NULL /* leaves a trailing comma: not JSON */},
+        {"    \"ngram_buckets\": 262144,\n", "x.json: model.ngram_buckets: missing required key"},
         {"    \"seed\": 1,\n", "x.json: training.seed: missing required key"},
         {"    \"date\": \"\",\n", "x.json: provenance.date: missing required key"},
         {"  \"labels\": [\"negative\", \"positive\"],\n", "x.json: labels: missing required key"},
@@ -1099,6 +1100,10 @@ static void small_model_make(small_model *s, const char *scratch_dir, int vocab_
     s->cfg.model.n_classes = 2;
     s->cfg.model.pooling = AC_POOL_MEAN;
     s->cfg.model.dropout = 0.0f;
+    /* the course's fixed positions (no tensor) and a tiny n-gram table,
+     * which comes last in the file */
+    s->cfg.model.positions = AC_POS_SINUSOIDAL;
+    s->cfg.model.ngram_buckets = 16;
     set_labels(&s->cfg, TWO_LABELS, 2);
     char vpath[300];
     join(vpath, sizeof vpath, scratch_dir, "source-vocab.txt");
@@ -1255,10 +1260,10 @@ START_TEST(test_modeldir_resume)
         memcpy(e[i].shape, osf.tensors[i].shape, sizeof e[i].shape);
         e[i].data = ac_st_f32(&osf, &osf.tensors[i]);
     }
-    /* missing m2.head.bias (the last tensor) */
+    /* missing m2.embed.ngram.weight (the last tensor) */
     ck_assert_msg(ac_st_save(opath, e, osf.n - 1, NULL, 0, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(ac_model_dir_load_resume(dir, &s.model, r1, r2, &back, &err), -1);
-    ck_assert_msg(strstr(err.msg, "optimizer.safetensors: tensor \"m2.head.bias\" is missing"), "%s", err.msg);
+    ck_assert_msg(strstr(err.msg, "optimizer.safetensors: tensor \"m2.embed.ngram.weight\" is missing"), "%s", err.msg);
     /* an extra tensor */
     e[osf.n].name = "m3.head.bias";
     e[osf.n].ndim = 1;

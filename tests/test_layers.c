@@ -147,6 +147,96 @@ enum { EMB_V = 7 };
 
 typedef struct {
     const int32_t *ids;
+    const float *wte;
+    float *pos;
+    float *table;
+    int32_t *buckets;
+    int order, n_buckets;
+    float *out;
+    const float *r_valid;
+} input_ctx;
+
+/* Token + learned positions + hashed n-grams, the model's input sum. */
+static double input_loss(void *p)
+{
+    input_ctx *c = p;
+    embedding_forward(c->out, c->ids, c->wte, c->pos, SB, ST, SD);
+    ngram_buckets_compute(c->buckets, c->ids, small_lengths, SB, ST, c->order, c->n_buckets);
+    ngram_forward(c->out, c->buckets, c->table, small_lengths, SB, ST, SD, c->order - 1);
+    return gc_dot(c->out, c->r_valid, (size_t)SB * ST * SD);
+}
+
+/* The hash is the documented one (config.json records it): checked against
+ * values computed by hand from the formula. */
+START_TEST(test_ngram_hash_by_hand)
+{
+    const int32_t ids[SB * ST] = {3, 1, 3, 4, 2, 5, 1, 2, 6, 0};
+    int32_t buckets[SB * ST * 2];
+    ngram_buckets_compute(buckets, ids, small_lengths, SB, ST, 3, 1000003);
+    const uint64_t M = 116049371ULL, B = 1000003ULL;
+    /* item 0, t = 0: bigram (0, 3), trigram (0, 0, 3) */
+    ck_assert_int_eq(buckets[0], (int32_t)((0 * M + 3) % B));
+    ck_assert_int_eq(buckets[1], (int32_t)(((0 * M + 0) * M + 3) % B));
+    /* item 0, t = 2: bigram (1, 3), trigram (3, 1, 3) */
+    ck_assert_int_eq(buckets[4], (int32_t)((1 * M + 3) % B));
+    ck_assert_int_eq(buckets[5], (int32_t)(((3 * M + 1) * M + 3) % B));
+    /* item 0, t = 4: trigram (3, 4, 2): (3 M + 4) M + 2 wraps past 2^64 */
+    uint64_t h = 3;
+    h = h * M + 4;
+    h = h * M + 2;
+    ck_assert_int_eq(buckets[9], (int32_t)(h % B));
+    /* item 1 starts afresh: t = 0 is (0, 5) */
+    ck_assert_int_eq(buckets[10], (int32_t)((0 * M + 5) % B));
+    /* pad positions (item 1, t = 3, 4) get bucket 0 */
+    for (int k = 16; k < 20; k++)
+        ck_assert_int_eq(buckets[k], 0);
+    for (int k = 0; k < 16; k++)
+        ck_assert(buckets[k] >= 0 && buckets[k] < (int32_t)B);
+}
+END_TEST
+
+START_TEST(test_positions_and_ngram_gradient)
+{
+    /* Few buckets, so that n-grams collide and rows sum several uses. */
+    enum { NB = 5, ORDER = 3 };
+    const int32_t ids[SB * ST] = {3, 1, 3, 1, 3, 5, 1, 3, 6, 0};
+    size_t n_out = (size_t)SB * ST * SD, n_wte = (size_t)EMB_V * SD, n_pos = (size_t)ST * SD;
+    size_t n_tab = (size_t)NB * SD;
+    float *wte = vec(n_wte), *pos = vec(n_pos), *table = vec(n_tab), *out = vec(n_out);
+    float *r = vec(n_out), *dpos = vec(n_pos), *dtab = vec(n_tab);
+    int32_t buckets[SB * ST * (ORDER - 1)];
+    fill_uniform(wte, n_wte, 201, -1, 1);
+    fill_uniform(pos, n_pos, 202, -1, 1);
+    fill_uniform(table, n_tab, 203, -1, 1);
+    fill_uniform(r, n_out, 204, -1, 1);
+    float *r_valid = copy_of(r, n_out);
+    zero_pad_rows(r_valid, small_lengths, SB, ST, SD);
+    input_ctx c = {ids, wte, pos, table, buckets, ORDER, NB, out, r_valid};
+    input_loss(&c);
+    /* the forward adds exactly the rows of its buckets */
+    for (int i = 0; i < SD; i++) {
+        float want = wte[3 * SD + i] + pos[2 * SD + i] + table[(size_t)buckets[4] * SD + i] +
+                     table[(size_t)buckets[5] * SD + i];
+        ck_assert(fabsf(out[2 * SD + i] - want) < 1e-6f);
+    }
+    positions_backward(dpos, r, small_lengths, SB, ST, SD);
+    ngram_backward(dtab, r, buckets, small_lengths, SB, ST, SD, ORDER - 1);
+    check_grad("learned positions", "dpos", pos, dpos, n_pos, input_loss, &c);
+    check_grad("n-gram table", "dtable", table, dtab, n_tab, input_loss, &c);
+    /* positions past every length get nothing */
+    float *once = copy_of(dpos, n_pos);
+    positions_backward(dpos, r, small_lengths, SB, ST, SD);
+    check_doubled("dpos", dpos, once, n_pos);
+    positions_backward(NULL, r, small_lengths, SB, ST, SD);
+    ngram_backward(NULL, r, buckets, small_lengths, SB, ST, SD, ORDER - 1);
+    free(wte); free(pos); free(table); free(out); free(r); free(dpos); free(dtab); free(r_valid);
+    free(once);
+}
+END_TEST
+
+
+typedef struct {
+    const int32_t *ids;
     float *wte;
     const float *pos;
     float *out;
@@ -931,6 +1021,7 @@ typedef struct {
     float *logits, *probs, *losses;
     const int32_t *labels;
     int C;
+    float smoothing;
 } ce_ctx;
 
 /* Mean of the per-item losses summed in double (the returned float mean adds
@@ -938,7 +1029,7 @@ typedef struct {
 static double ce_loss(void *p)
 {
     ce_ctx *c = p;
-    crossentropy_forward(c->losses, c->probs, c->logits, c->labels, CE_B, c->C);
+    crossentropy_forward(c->losses, c->probs, c->logits, c->labels, CE_B, c->C, c->smoothing);
     double s = 0.0;
     for (int b = 0; b < CE_B; b++)
         s += c->losses[b];
@@ -963,7 +1054,7 @@ static void check_ce_values(const float *logits, const int32_t *labels, int C, c
 {
     float probs[CE_B * 5], losses[CE_B], sm[CE_B * 5];
     ck_assert_int_le(C, 5);
-    float mean = crossentropy_forward(losses, probs, logits, labels, CE_B, C);
+    float mean = crossentropy_forward(losses, probs, logits, labels, CE_B, C, 0.0f);
     softmax_rows(sm, logits, CE_B, C);
     double total = 0.0;
     for (int b = 0; b < CE_B; b++) {
@@ -995,17 +1086,48 @@ static void check_ce_gradient(int C, const int32_t *labels)
     float *logits = vec(n), *probs = vec(n), *losses = vec(CE_B), *dlogits = vec(n);
     fill_uniform(logits, n, 1000 + (uint64_t)C, -3, 3);
     check_ce_values(logits, labels, C, name);
-    crossentropy_forward(losses, probs, logits, labels, CE_B, C);
-    crossentropy_backward(dlogits, probs, labels, CE_B, C);
-    ce_ctx c = {logits, probs, losses, labels, C};
+    crossentropy_forward(losses, probs, logits, labels, CE_B, C, 0.0f);
+    crossentropy_backward(dlogits, probs, labels, CE_B, C, 0.0f);
+    ce_ctx c = {logits, probs, losses, labels, C, 0.0f};
     check_grad(name, "dlogits", logits, dlogits, n, ce_loss, &c);
     ce_loss(&c); /* probs of the unperturbed logits again */
     float *once = copy_of(dlogits, n);
-    crossentropy_backward(dlogits, probs, labels, CE_B, C);
+    crossentropy_backward(dlogits, probs, labels, CE_B, C, 0.0f);
     check_doubled("dlogits", dlogits, once, n);
-    crossentropy_backward(NULL, probs, labels, CE_B, C);
+    crossentropy_backward(NULL, probs, labels, CE_B, C, 0.0f);
     free(logits); free(probs); free(losses); free(dlogits); free(once);
 }
+
+/* Label smoothing s: loss = (1 - s) nll(label) + s mean_c nll(c), checked
+ * against double and by finite differences. */
+START_TEST(test_crossentropy_label_smoothing)
+{
+    enum { C = 3 };
+    const int32_t labels[CE_B] = {0, 2, 1, 1};
+    const float s = 0.1f;
+    size_t n = (size_t)CE_B * C;
+    float *logits = vec(n), *probs = vec(n), *losses = vec(CE_B), *dlogits = vec(n);
+    fill_uniform(logits, n, 1313, -3, 3);
+    crossentropy_forward(losses, probs, logits, labels, CE_B, C, s);
+    for (int b = 0; b < CE_B; b++) {
+        double ref_p[C], mean_nll = 0.0;
+        double nll = ref_nll(ref_p, logits + b * C, labels[b], C);
+        for (int c = 0; c < C; c++)
+            mean_nll += -log(ref_p[c]) / C;
+        double want = (1.0 - s) * nll + s * mean_nll;
+        ck_assert_msg(fabs(losses[b] - want) <= 1e-5 * (1.0 + want), "loss[%d] = %g, want %g", b,
+                      (double)losses[b], want);
+        ck_assert_msg(losses[b] > (1.0 - s) * nll, "smoothing adds a positive term");
+    }
+    crossentropy_backward(dlogits, probs, labels, CE_B, C, s);
+    ce_ctx c = {logits, probs, losses, labels, C, s};
+    check_grad("xent smoothed", "dlogits", logits, dlogits, n, ce_loss, &c);
+    /* each row of the gradient still sums to 0 (both targets sum to 1) */
+    for (int b = 0; b < CE_B; b++)
+        ck_assert(fabs(dlogits[b * C] + dlogits[b * C + 1] + dlogits[b * C + 2]) < 1e-6);
+    free(logits); free(probs); free(losses); free(dlogits);
+}
+END_TEST
 
 START_TEST(test_crossentropy_gradient_c2)
 {
@@ -1172,6 +1294,9 @@ int main(void)
     tcase_add_test(tc, test_pool_mean_gradient);
     tcase_add_test(tc, test_pool_cls_gradient);
     tcase_add_test(tc, test_crossentropy_gradient_c2);
+    tcase_add_test(tc, test_crossentropy_label_smoothing);
+    tcase_add_test(tc, test_ngram_hash_by_hand);
+    tcase_add_test(tc, test_positions_and_ngram_gradient);
     tcase_add_test(tc, test_crossentropy_gradient_c5);
     tcase_add_test(tc, test_crossentropy_stable_for_huge_logits);
     tcase_add_test(tc, test_thread_count_does_not_change_results);

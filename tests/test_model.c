@@ -348,6 +348,113 @@ START_TEST(test_gradcheck_cls_pooling)
 }
 END_TEST
 
+/* Learned positions and hashed uni+bi+trigrams (a small table, so n-grams
+ * share rows), every tensor by finite differences. */
+START_TEST(test_gradcheck_ngrams_learned_positions)
+{
+    ac_model_config cfg = small_config(AC_POOL_MEAN, 0.0f);
+    cfg.positions = AC_POS_LEARNED;
+    cfg.ngram_order = 3;
+    cfg.ngram_buckets = 13;
+    ac_model m;
+    enum { B = 4, T = 6 };
+    model_make(&m, &cfg, B, T);
+    ck_assert_int_ge(ac_model_find_tensor(&m, "embed.pos.weight"), 0);
+    ck_assert_int_eq(ac_model_find_tensor(&m, "embed.ngram.weight"), m.n_tensors - 1);
+    randomize(&m, 31);
+    batch bt;
+    const int32_t lengths[B] = {6, 4, 1, 3};
+    batch_fill(&bt, B, T, lengths, cfg.vocab_size, cfg.n_classes, 9);
+    fd_summary s = whole_model_gradcheck(&m, &bt, 0, 0, "n-grams + learned positions");
+    ck_assert_msg(s.kinks * 100 <= s.checked, "%zu kinks in %zu", s.kinks, s.checked);
+    ac_model_free(&m);
+}
+END_TEST
+
+/* The n-gram table's gradient is row-sparse: zeroing, clipping and AdamW
+ * visit the touched rows only, and give what the dense computation gives on
+ * them; untouched rows keep their values (lazy AdamW). */
+START_TEST(test_sparse_ngram_rows_match_dense)
+{
+    ac_model_config cfg = small_config(AC_POOL_MEAN, 0.0f);
+    cfg.ngram_order = 2;
+    cfg.ngram_buckets = 64; /* more rows than the batch touches */
+    enum { B = 3, T = 6 };
+    ac_model sparse, dense;
+    model_make(&sparse, &cfg, B, T);
+    model_make(&dense, &cfg, B, T);
+    randomize(&sparse, 41);
+    memcpy(dense.params, sparse.params, sparse.n_params * sizeof(float));
+    dense.table[dense.n_tensors - 1].sparse = 0; /* the same model, updated densely */
+    batch bt;
+    const int32_t lengths[B] = {6, 2, 4};
+    batch_fill(&bt, B, T, lengths, cfg.vocab_size, cfg.n_classes, 13);
+    size_t n = sparse.n_params, d = (size_t)cfg.d_model;
+    float *m1s = calloc(n, sizeof(float)), *m2s = calloc(n, sizeof(float));
+    float *m1d = calloc(n, sizeof(float)), *m2d = calloc(n, sizeof(float));
+    float *before = malloc(n * sizeof(float));
+    ac_optim_config oc;
+    ac_optim_config_defaults(&oc);
+    oc.weight_decay = 0.1f;
+    for (int step = 1; step <= 3; step++) {
+        bt.lengths[1] = step + 1; /* other rows each step */
+        memcpy(before, sparse.params, n * sizeof(float));
+        ac_model_forward(&sparse, bt.ids, bt.lengths, bt.labels, B, T, 1, 0);
+        ac_model_forward(&dense, bt.ids, bt.lengths, bt.labels, B, T, 1, 0);
+        ac_model_zero_grad(&sparse);
+        /* every gradient is zero after zero_grad, the old rows' included */
+        for (size_t i = 0; i < n; i++)
+            ck_assert_msg(sparse.grads[i] == 0.0f, "grad %zu not zeroed", i);
+        ac_model_zero_grad(&dense);
+        memset(dense.grads, 0, n * sizeof(float));
+        ac_model_backward(&sparse);
+        ac_model_backward(&dense);
+        ck_assert_int_eq(memcmp(sparse.grads, dense.grads, n * sizeof(float)), 0);
+        /* the listed rows are exactly the rows with a gradient, each once */
+        int listed = 0;
+        for (int r = 0; r < cfg.ngram_buckets; r++) {
+            int nonzero = 0;
+            for (size_t k = 0; k < d; k++)
+                nonzero |= sparse.g.ngram_w[(size_t)r * d + k] != 0.0f;
+            listed += sparse.ngram_mark[r];
+            if (nonzero)
+                ck_assert_msg(sparse.ngram_mark[r], "row %d has a gradient but is not listed", r);
+        }
+        ck_assert_int_eq(listed, sparse.n_ngram_rows);
+        ck_assert_int_lt(sparse.n_ngram_rows, cfg.ngram_buckets);
+
+        float norm_dense = ac_clip_grad_norm(dense.grads, n, 0.5f);
+        float norm_sparse = ac_model_clip_grad_norm(&sparse, 0.5f);
+        ck_assert_msg(fabsf(norm_dense - norm_sparse) <= 1e-5f * norm_dense, "norm %g vs %g",
+                      (double)norm_sparse, (double)norm_dense);
+        float lr = 1e-2f;
+        ac_adamw_step(&sparse, sparse.params, sparse.grads, m1s, m2s, &oc, lr, step);
+        ac_adamw_step(&dense, dense.params, dense.grads, m1d, m2d, &oc, lr, step);
+        /* dense tensors: the same update */
+        for (size_t i = 0; i < sparse.dense_params; i++)
+            ck_assert_msg(fabsf(sparse.params[i] - dense.params[i]) <= 1e-6f, "param %zu", i);
+        size_t base = sparse.dense_params;
+        for (int r = 0; r < cfg.ngram_buckets; r++) {
+            const float *ps = sparse.params + base + (size_t)r * d;
+            const float *pb = before + base + (size_t)r * d;
+            if (!sparse.ngram_mark[r]) {
+                ck_assert_msg(memcmp(ps, pb, d * sizeof(float)) == 0,
+                              "untouched row %d moved", r);
+            } else {
+                ck_assert_msg(memcmp(ps, pb, d * sizeof(float)) != 0, "touched row %d kept", r);
+            }
+        }
+        /* dense AdamW moves the untouched rows by decay alone; realign for the next step */
+        memcpy(dense.params, sparse.params, n * sizeof(float));
+        memcpy(m1d, m1s, n * sizeof(float));
+        memcpy(m2d, m2s, n * sizeof(float));
+    }
+    free(m1s); free(m2s); free(m1d); free(m2d); free(before);
+    ac_model_free(&sparse);
+    ac_model_free(&dense);
+}
+END_TEST
+
 /* Dropout on: with a fixed key the loss is a deterministic function of the
  * parameters (the masks depend only on key and position), so the same finite
  * differences hold through every dropout site. */
@@ -1054,6 +1161,8 @@ static Suite *model_suite(void)
     tcase_add_test(grad, test_gradcheck_mean_pooling);
     tcase_add_test(grad, test_gradcheck_cls_pooling);
     tcase_add_test(grad, test_gradcheck_dropout_fixed_key);
+    tcase_add_test(grad, test_gradcheck_ngrams_learned_positions);
+    tcase_add_test(grad, test_sparse_ngram_rows_match_dense);
     tcase_add_test(grad, test_eval_mode_has_no_dropout);
     tcase_add_test(grad, test_padding_is_invisible);
     suite_add_tcase(s, grad);

@@ -1219,6 +1219,93 @@ START_TEST(test_batch_plan_single_pool_sorted)
 }
 END_TEST
 
+/* Crops: every filled row is a contiguous span of its row (after the kept
+ * first id with keep_first), of a length in the range or the whole row;
+ * about frac of the long rows are cut; the same key gives the same spans. */
+static void check_crops(int keep_first, double frac, uint64_t key, int64_t *n_cut, int64_t *sum)
+{
+    enum { N = 400, B = 16, MIN = 3, MAX = 6 };
+    int lengths[N];
+    random_lengths(lengths, N, 17);
+    ac_corpus c;
+    corpus_of_lengths(&c, lengths, N, 1);
+    ac_crop_spec crop = {.frac = frac, .min_len = MIN, .max_len = MAX, .keep_first = keep_first,
+                         .key = key};
+    ac_batch_plan p;
+    ac_err err = {{0}};
+    ck_assert_int_eq(ac_batch_plan_make_cropped(&p, &c, NULL, N, B, 1, 5, &crop, &err), 0);
+    int32_t *ids = malloc((size_t)B * 300 * sizeof *ids);
+    int32_t lens[B], labels[B];
+    int64_t rows[B];
+    ac_batch bt = {.ids = ids, .lengths = lens, .labels = labels, .rows = rows};
+    *n_cut = 0;
+    *sum = 0;
+    for (int64_t b = 0; b < p.n_batches; b++) {
+        ac_batch_fill(&bt, &c, &p, b);
+        for (int i = 0; i < bt.B; i++) {
+            int64_t row = rows[i];
+            int full = lengths[row], len = lens[i];
+            const int32_t *r = ids + (size_t)i * bt.T;
+            ck_assert_int_ge(len, 1);
+            ck_assert_int_le(len, full);
+            ck_assert_int_eq(labels[i], (int32_t)(row % 3));
+            if (len < full) {
+                (*n_cut)++;
+                ck_assert_int_ge(len - keep_first, MIN);
+                ck_assert_int_le(len - keep_first, MAX);
+            }
+            int start = keep_first && len < full ? 1 : 0;
+            if (start)
+                ck_assert_int_eq(r[0], (int32_t)(row * 1000 + 1));
+            for (int k = start; k < len; k++) {
+                int pos = r[k] - (int32_t)(row * 1000) - 1;
+                ck_assert_msg(pos >= 0 && pos < full, "id from another row");
+                if (k > start)
+                    ck_assert_int_eq(r[k], r[k - 1] + 1);
+                if (start)
+                    ck_assert_int_ge(pos, 1);
+            }
+            for (int k = len; k < bt.T; k++)
+                ck_assert_int_eq(r[k], AC_PAD_ID);
+            *sum += r[len - 1];
+        }
+    }
+    ac_batch_plan_free(&p);
+    free(ids);
+    ac_corpus_free(&c);
+}
+
+START_TEST(test_batch_plan_crops)
+{
+    int64_t cut, sum, cut2, sum2;
+    check_crops(0, 1.0, 77, &cut, &sum);
+    ck_assert_int_gt(cut, 300); /* rows longer than 6 tokens are all cut */
+    check_crops(0, 1.0, 77, &cut2, &sum2);
+    ck_assert(cut == cut2 && sum == sum2); /* same key, same spans */
+    check_crops(0, 1.0, 78, &cut2, &sum2);
+    ck_assert(sum != sum2);
+    check_crops(1, 1.0, 77, &cut, &sum);
+    ck_assert_int_gt(cut, 300);
+    int64_t all_cut;
+    check_crops(0, 1.0, 79, &all_cut, &sum);
+    check_crops(0, 0.5, 79, &cut, &sum);
+    ck_assert_msg(cut > all_cut * 4 / 10 && cut < all_cut * 6 / 10, "%lld of %lld cut",
+                  (long long)cut, (long long)all_cut);
+    check_crops(0, 0.0, 79, &cut, &sum);
+    ck_assert_int_eq(cut, 0);
+    /* a bad range is an error */
+    ac_corpus c;
+    int lengths[] = {5, 7};
+    corpus_of_lengths(&c, lengths, 2, 0);
+    ac_crop_spec bad = {.frac = 1.0, .min_len = 5, .max_len = 4};
+    ac_batch_plan p;
+    ac_err err = {{0}};
+    ck_assert_int_eq(ac_batch_plan_make_cropped(&p, &c, NULL, 2, 2, 1, 1, &bad, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "crop lengths 5..4"));
+    ac_corpus_free(&c);
+}
+END_TEST
+
 START_TEST(test_batch_plan_eval_and_fill)
 {
     const int lengths[] = {3, 1, 5, 2, 4, 2, 1};
@@ -1369,6 +1456,7 @@ int main(void)
     tcase_add_test(bat, test_batch_plan_training);
     tcase_add_test(bat, test_batch_plan_single_pool_sorted);
     tcase_add_test(bat, test_batch_plan_eval_and_fill);
+    tcase_add_test(bat, test_batch_plan_crops);
     tcase_add_test(bat, test_batch_fill_pads_with_zero);
     tcase_add_test(bat, test_batch_plan_errors);
     suite_add_tcase(s, bat);

@@ -78,6 +78,11 @@ typedef struct {
     long eval_every;      /* steps between evaluations; 0 = once per epoch */
     int32_t vocab_max;    /* vocabulary size limit, specials included */
     int64_t min_count;
+    /* Length robustness: each epoch a share crop_frac of the training rows is
+     * cut to a random contiguous span of crop_min..crop_max tokens. */
+    double crop_frac;
+    int crop_min, crop_max;
+    float label_smoothing; /* 0: plain cross-entropy */
 } ac_train_config;
 
 typedef struct {

@@ -14,6 +14,15 @@
 #define AC_MAX_LAYERS 64
 #define AC_PARAM_NAME_LEN 48
 
+/* The position signal added to the token embeddings. */
+typedef enum {
+    AC_POS_SINUSOIDAL = 0, /* the course's fixed table (base 10000) */
+    AC_POS_LEARNED = 1,    /* a trained [max_len, d] table, initialised small like the tokens */
+    AC_POS_NONE = 2,       /* no positions: order comes only from the n-grams */
+} ac_positions;
+const char *ac_positions_name(ac_positions p);
+int ac_positions_parse(const char *s, ac_positions *out); /* 0 ok, -1 unknown */
+
 typedef struct {
     int vocab_size;  /* V, including specials */
     int max_len;     /* T: longest sequence the model takes */
@@ -25,7 +34,19 @@ typedef struct {
     ac_pooling pooling;
     float dropout;   /* 0 <= p < 1 */
     float ln_eps;    /* 1e-6 */
+    ac_positions positions;
+    int ngram_order;   /* 1 (or 0): tokens only; 2: + hashed bigrams; 3: + trigrams */
+    int ngram_buckets; /* rows of the hashed n-gram table (used when ngram_order >= 2) */
+    /* Outside training the class probabilities are softmax(logits / temperature)
+     * (fitted on validation data after training); 0 is taken as 1. */
+    float temperature;
 } ac_model_config;
+
+/* n-gram table in use */
+static inline int ac_model_has_ngrams(const ac_model_config *c)
+{
+    return c->ngram_order >= 2 && c->ngram_buckets > 0;
+}
 
 /* Checks ranges; fills err naming the field. */
 int ac_model_config_validate(const ac_model_config *cfg, ac_err *err);
@@ -39,6 +60,7 @@ typedef struct {
     size_t offset;                /* in floats, into the flat buffer */
     size_t numel;
     int weight_decay;             /* 1 for matrices (Linear, embedding), 0 for biases and LayerNorm */
+    int sparse;                   /* 1: row-sparse gradient (the n-gram table; see ac_model) */
 } ac_param_info;
 
 /* Pointers into the flat buffer for one encoder layer. */
@@ -52,7 +74,8 @@ typedef struct {
 } ac_layer_params;
 
 typedef struct {
-    float *embed_w, *embed_norm_w, *embed_norm_b;
+    float *embed_w, *pos_w, *embed_norm_w, *embed_norm_b; /* pos_w: learned positions only */
+    float *ngram_w; /* [ngram_buckets, d] when the model has n-grams */
     ac_layer_params layers[AC_MAX_LAYERS];
     float *head_w, *head_b;
 } ac_param_ptrs;
@@ -63,7 +86,8 @@ typedef struct {
     float *mem;      /* one allocation holding everything below */
     size_t n_floats;
     /* per-layer saved tensors are indexed [layer] */
-    float *embed_sum;                 /* [B,T,d] embedding + positions */
+    float *embed_sum;                 /* [B,T,d] embedding + positions + n-grams */
+    int32_t *ngram_ids;               /* [B,T,order-1] n-gram buckets */
     float *embed_ln, *embed_mean, *embed_rstd; /* [B,T,d], [B,T], [B,T] */
     float *embed_out;                 /* [B,T,d] after dropout: input of layer 0 */
     float *embed_mask;                /* dropout mask [B,T,d] */
@@ -84,6 +108,7 @@ typedef struct {
     int32_t *pool_argmax;             /* [B,d] */
     float *pooled_drop, *pooled_mask; /* [B,d] */
     float *logits, *probs_out, *losses; /* [B,C], [B,C], [B] */
+    float *scaled_logits;             /* [B,C] logits / temperature (inference) */
     /* backward scratch */
     float *grad_a, *grad_b, *grad_c, *grad_ff; /* [B,T,d] x3, [B,T,ff] */
     float *grad_fc1;                  /* [B,T,ff] gradient before the ReLU */
@@ -120,7 +145,16 @@ typedef struct {
     float *grads;    /* [n_params] */
     ac_param_ptrs p; /* views into params */
     ac_param_ptrs g; /* views into grads */
-    float *pos_table; /* [max_len, d] fixed */
+    float *pos_table; /* [max_len, d] fixed (sinusoidal, or zeros without positions) */
+    /* The n-gram table's gradient is row-sparse: only the rows a batch
+     * touched are non-zero, listed in ngram_rows (first-touch order) and
+     * flagged in ngram_mark. Zeroing, clipping and AdamW visit only those
+     * rows, so a step costs what the batch touched, not the table size. */
+    uint8_t *ngram_mark;   /* [ngram_buckets] */
+    int32_t *ngram_rows;   /* [ngram_buckets] */
+    int n_ngram_rows;
+    size_t dense_params;   /* parameters before the sparse table (all of them without one) */
+    float label_smoothing; /* training loss only; 0 = plain cross-entropy */
     ac_activations act;
     ac_model_profile profile;
     int keep_attention; /* inference forwards keep the attention maps in act.probs */
@@ -132,7 +166,7 @@ typedef struct {
 /* Allocates parameters, gradients and the table (not activations). Weights are zero. */
 int ac_model_create(ac_model *m, const ac_model_config *cfg, ac_err *err);
 /* Seeded init: Linear and embedding weights ~ normal(0, 0.02), biases 0,
- * LayerNorm gains 1 and biases 0. */
+ * LayerNorm gains 1 and biases 0; the n-gram table 0 (it starts as a no-op). */
 void ac_model_init_weights(ac_model *m, uint64_t seed);
 /* Bytes the activations for (B, T) need (for an early, clear out-of-memory error). */
 size_t ac_model_activation_bytes(const ac_model_config *cfg, int B, int T);

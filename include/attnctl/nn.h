@@ -27,6 +27,27 @@ void embedding_forward(float *out, const int32_t *ids, const float *wte, const f
 void embedding_backward(float *dwte, const float *dout, const int32_t *ids, const int32_t *lengths,
                         int B, int T, int d);
 
+/* Learned positions: dpos[t, :] += sum over items b with t < lengths[b] of
+ * dout[b, t, :] (items summed in order: deterministic). */
+void positions_backward(float *dpos, const float *dout, const int32_t *lengths, int B, int T, int d);
+
+/* ---- hashed n-gram embeddings (fastText's trick) ----
+ * For n = 2..order, the n-gram ending at position t, ids[t-n+1..t] (ids
+ * before the text count as 0, the <pad> id), has the bucket
+ *   h = 0; for each id in the n-gram: h = h * 116049371 + id  (uint64, wrapping)
+ *   bucket = h mod n_buckets.
+ * buckets[(b*T + t) * (order-1) + (n-2)]; pad positions get bucket 0. */
+#define AC_NGRAM_HASH "h=h*116049371+id (uint64, ids before the text are 0), bucket=h mod ngram_buckets"
+void ngram_buckets_compute(int32_t *buckets, const int32_t *ids, const int32_t *lengths, int B,
+                           int T, int order, int n_buckets);
+/* out[b,t,:] += sum of the rows table[buckets of (b,t)] over valid positions. */
+void ngram_forward(float *out, const int32_t *buckets, const float *table, const int32_t *lengths,
+                   int B, int T, int d, int per_pos);
+/* dtable[bucket, :] += dout[b,t,:] for every n-gram of every valid position,
+ * serial in (b, t, n) order: deterministic. */
+void ngram_backward(float *dtable, const float *dout, const int32_t *buckets,
+                    const int32_t *lengths, int B, int T, int d, int per_pos);
+
 /* ---- linear: out[N, out_dim] = in[N, in_dim] @ w[out_dim, in_dim]^T + bias ---- */
 void linear_forward(float *out, const float *in, const float *w, const float *bias,
                     int N, int in_dim, int out_dim);
@@ -87,11 +108,14 @@ void pool_backward(float *din, const float *dout, const int32_t *argmax, const i
                    int B, int T, int d, ac_pooling mode);
 
 /* ---- softmax cross-entropy over C classes, mean over the batch ----
- * probs[B, C] saved; losses[B] per item; returns the mean loss. labels in [0, C). */
+ * probs[B, C] saved; losses[B] per item; returns the mean loss. labels in [0, C).
+ * Label smoothing s in [0, 1): the target is (1 - s) onehot(label) + s / C
+ * (s = 0: plain cross-entropy). */
 float crossentropy_forward(float *losses, float *probs, const float *logits, const int32_t *labels,
-                           int B, int C);
-/* dlogits += (probs - onehot(label)) / B */
-void crossentropy_backward(float *dlogits, const float *probs, const int32_t *labels, int B, int C);
+                           int B, int C, float smoothing);
+/* dlogits += (probs - target) / B */
+void crossentropy_backward(float *dlogits, const float *probs, const int32_t *labels, int B, int C,
+                           float smoothing);
 /* Softmax only (inference): probs[B, C] from logits. */
 void softmax_rows(float *probs, const float *logits, int B, int C);
 

@@ -33,7 +33,13 @@ float ac_lr_at(const ac_optim_config *c, long step);
  * norm before clipping. */
 float ac_clip_grad_norm(float *grads, size_t n, float clip_norm);
 
-/* One AdamW step (t is the 1-based step count for bias correction).
+/* The same over a model's gradients, visiting only the touched rows of a
+ * row-sparse table (same bits for any thread count). */
+float ac_model_clip_grad_norm(ac_model *m, float clip_norm);
+
+/* One AdamW step (t is the 1-based step count for bias correction). A
+ * row-sparse tensor (the n-gram table) is updated lazily: only the rows the
+ * last backward touched, as PyTorch's SparseAdam does, plus decoupled decay.
  * m1, m2: first and second moments in the model's parameter layout. */
 void ac_adamw_step(const ac_model *m, float *params, const float *grads, float *m1, float *m2,
                    const ac_optim_config *c, float lr, long t);

@@ -145,14 +145,35 @@ typedef struct {
     int64_t n_batches;
     int64_t *order;       /* rows in batch order */
     int64_t *batch_start; /* [n_batches + 1] into order */
+    /* With crops: the span of row order[i] that is used, [crop_start[i],
+     * crop_start[i] + crop_len[i]) of its ids; NULL without crops. */
+    int32_t *crop_start, *crop_len;
+    int keep_first;       /* crops keep id 0 (<cls>) in front of the span */
     int64_t real_tokens, padded_tokens; /* for the padding fraction */
 } ac_batch_plan;
+
+/* Random contiguous spans of rows, so that short texts are inside the
+ * training distribution (and a fixed set of spans measures them). Each row is
+ * cropped with probability frac to a span whose length is uniform in
+ * [min_len, max_len] (a row no longer than the span stays whole); the draw is
+ * a pure function of (key, row). keep_first keeps a leading <cls>. */
+typedef struct {
+    double frac;
+    int min_len, max_len;
+    int keep_first;
+    uint64_t key;
+} ac_crop_spec;
 
 /* Training plan: rows idx[0..n) shuffled with key, grouped into pools of
  * 50 batches sorted by length, cut into batches of batch_size, batch order
  * shuffled. shuffle == 0: file order, no sorting (evaluation). */
 int ac_batch_plan_make(ac_batch_plan *p, const ac_corpus *c, const int64_t *idx, int64_t n,
                        int batch_size, int shuffle, uint64_t key, ac_err *err);
+/* The same with crops (crop may be NULL: none); lengths for the pools are the
+ * cropped lengths. */
+int ac_batch_plan_make_cropped(ac_batch_plan *p, const ac_corpus *c, const int64_t *idx, int64_t n,
+                               int batch_size, int shuffle, uint64_t key,
+                               const ac_crop_spec *crop, ac_err *err);
 void ac_batch_plan_free(ac_batch_plan *p);
 
 typedef struct {

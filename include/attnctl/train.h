@@ -53,6 +53,7 @@ typedef struct {
     double elapsed_s;      /* wall time of training, earlier sessions included (to their last evaluation) */
     /* EVAL */
     double val_loss, val_accuracy; /* NAN without validation rows */
+    double val_span_accuracy; /* the validation rows cut to fixed random 5-40-token spans */
     int improved;          /* this evaluation is the new best and was saved as the model */
     double best_val_accuracy; /* -1 when none yet */
     long best_step;

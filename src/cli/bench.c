@@ -237,7 +237,7 @@ static void train_step(bench_model *b, long i, phase_ms *ph)
     double t1 = ph ? cli_now() : 0;
     ac_model_backward(m);
     double t2 = ph ? cli_now() : 0;
-    ac_clip_grad_norm(m->grads, m->n_params, b->optim.clip_norm);
+    ac_model_clip_grad_norm(m, b->optim.clip_norm);
     b->step++;
     ac_adamw_step(m, m->params, m->grads, b->m1, b->m2, &b->optim, b->optim.lr, b->step);
     if (ph) {

@@ -128,12 +128,13 @@ static void draw_bar(cli_progress *p, const ac_train_progress *ev)
 
 static void print_eval(const ac_train_progress *ev)
 {
-    char tok[32], elapsed[32], val[128];
+    char tok[32], elapsed[32], val[160];
     cli_format_count(tok, sizeof tok, ev->tokens_per_s);
     cli_format_duration(elapsed, sizeof elapsed, ev->elapsed_s);
     if (isfinite(ev->val_accuracy))
-        snprintf(val, sizeof val, "val loss %.4f, val accuracy %.4f%s", ev->val_loss,
-                 ev->val_accuracy, ev->improved ? " (best, saved)" : "");
+        snprintf(val, sizeof val, "val loss %.4f, val accuracy %.4f%s, short spans %.4f",
+                 ev->val_loss, ev->val_accuracy, ev->improved ? " (best, saved)" : "",
+                 ev->val_span_accuracy);
     else
         snprintf(val, sizeof val, "no validation rows (saved)");
     fprintf(stderr, "step %ld/%ld (epoch %.2f): train loss %.4f, %s, lr %.3g, %s tok/s, %s\n",

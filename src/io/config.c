@@ -32,6 +32,10 @@ void ac_config_defaults(ac_config *c)
         .pooling = AC_POOL_MEAN,
         .dropout = 0.1f,
         .ln_eps = 1e-6f,
+        .positions = AC_POS_LEARNED,
+        .ngram_order = 2,
+        .ngram_buckets = 262144,
+        .temperature = 1.0f,
     };
     c->tokenizer = (ac_tokenizer_config){
         .nfkc = 1,
@@ -67,6 +71,10 @@ void ac_config_defaults(ac_config *c)
         .eval_every = 0,
         .vocab_max = 30002,
         .min_count = 2,
+        .crop_frac = 0.5,
+        .crop_min = 5,
+        .crop_max = 64,
+        .label_smoothing = 0.0f,
     };
     snprintf(c->provenance.version, sizeof c->provenance.version, "%s", AC_VERSION);
     c->provenance.best_val_accuracy = -1.0;
@@ -102,6 +110,8 @@ typedef enum {
     K_ACCURACY,   /* double: null (stored < 0) or [0, 1] */
     K_REAL,       /* double: any finite number; null means NaN */
     K_SEED_TEXT,  /* uint64_t, always written as a decimal string */
+    K_POSITIONS,  /* ac_positions */
+    K_NGRAM_HASH, /* no storage: the one hashing this version knows (AC_NGRAM_HASH) */
 } key_kind;
 
 enum { LO_OPEN = 1, HI_OPEN = 2 };
@@ -135,6 +145,11 @@ static const key_spec MODEL_KEYS[] = {
     {"pooling", K_POOLING, AT(model.pooling), 0, 0, 0, 0},
     {"dropout", K_FLOAT, AT(model.dropout), 0, 1, HI_OPEN, 0},
     {"ln_eps", K_FLOAT, AT(model.ln_eps), 0, 1, LO_OPEN | HI_OPEN, 0},
+    {"positions", K_POSITIONS, AT(model.positions), 0, 0, 0, 0},
+    {"ngram_order", K_INT, AT(model.ngram_order), 0, 3, 0, 0},
+    {"ngram_buckets", K_INT, AT(model.ngram_buckets), 0, 16777216, 0, 0},
+    {"ngram_hash", K_NGRAM_HASH, 0, 0, 0, 0, 0},
+    {"temperature", K_FLOAT, AT(model.temperature), 0, 1000, LO_OPEN, 0},
 };
 
 static const key_spec TOKENIZER_KEYS[] = {
@@ -165,6 +180,10 @@ static const key_spec TRAINING_KEYS[] = {
     {"eval_every", K_LONG, AT(training.eval_every), 0, 1e12, 0, 0},
     {"vocab_max", K_I32, AT(training.vocab_max), 3, 10000000, 0, 0},
     {"min_count", K_I64, AT(training.min_count), 1, 1e12, 0, 0},
+    {"crop_frac", K_DOUBLE, AT(training.crop_frac), 0, 1, 0, 0},
+    {"crop_min", K_INT, AT(training.crop_min), 1, 65536, 0, 0},
+    {"crop_max", K_INT, AT(training.crop_max), 1, 65536, 0, 0},
+    {"label_smoothing", K_FLOAT, AT(training.label_smoothing), 0, 1, HI_OPEN, 0},
 };
 
 static const key_spec PROVENANCE_KEYS[] = {
@@ -218,6 +237,12 @@ static void describe_expected(const key_spec *k, char *out, size_t n)
         break;
     case K_TRUNCATION:
         snprintf(out, n, "one of \"head\", \"tail\", \"head+tail\"");
+        break;
+    case K_POSITIONS:
+        snprintf(out, n, "one of \"sinusoidal\", \"learned\", \"none\"");
+        break;
+    case K_NGRAM_HASH:
+        snprintf(out, n, "\"%s\"", AC_NGRAM_HASH);
         break;
     case K_SEED:
     case K_SEED_TEXT:
@@ -389,6 +414,15 @@ static int store_value(void *base, const key_spec *k, const cJSON *v)
         *(ac_truncation *)(void *)field = t;
         return 0;
     }
+    case K_POSITIONS: {
+        ac_positions p;
+        if (!cJSON_IsString(v) || ac_positions_parse(v->valuestring, &p) != 0)
+            return -1;
+        *(ac_positions *)(void *)field = p;
+        return 0;
+    }
+    case K_NGRAM_HASH:
+        return cJSON_IsString(v) && strcmp(v->valuestring, AC_NGRAM_HASH) == 0 ? 0 : -1;
     case K_SEED:
     case K_SEED_TEXT:
         return parse_seed(v, (uint64_t *)(void *)field);
@@ -556,6 +590,9 @@ static int check_consistency(const ac_config *c, const char *file, int full, ac_
     if (m->d_model % m->n_heads != 0)
         return ac_err_set(err, "%s: model.n_heads: %d does not divide model.d_model (%d)", file,
                           m->n_heads, m->d_model);
+    if (c->training.crop_min > c->training.crop_max)
+        return ac_err_set(err, "%s: training.crop_min: %d exceeds training.crop_max (%d)", file,
+                          c->training.crop_min, c->training.crop_max);
     if (c->tokenizer.head_tokens > m->max_len)
         return ac_err_set(err, "%s: tokenizer.head_tokens: %d exceeds model.max_len (%d)", file,
                           c->tokenizer.head_tokens, m->max_len);
@@ -741,6 +778,10 @@ static cJSON *value_json(const void *base, const key_spec *k)
         return cJSON_CreateString(ac_schedule_name(*(const ac_schedule_kind *)(const void *)field));
     case K_TRUNCATION:
         return cJSON_CreateString(ac_truncation_name(*(const ac_truncation *)(const void *)field));
+    case K_POSITIONS:
+        return cJSON_CreateString(ac_positions_name(*(const ac_positions *)(const void *)field));
+    case K_NGRAM_HASH:
+        return cJSON_CreateString(AC_NGRAM_HASH);
     case K_SEED: {
         uint64_t s = *(const uint64_t *)(const void *)field;
         char buf[32];

@@ -25,7 +25,7 @@ static float softmax_row(float *p, const float *x, int C, float *row_max)
 }
 
 float crossentropy_forward(float *losses, float *probs, const float *logits, const int32_t *labels,
-                           int B, int C)
+                           int B, int C, float smoothing)
 {
     double total = 0.0; /* serial, fixed order: reproducible */
     for (int b = 0; b < B; b++) {
@@ -37,23 +37,33 @@ float crossentropy_forward(float *losses, float *probs, const float *logits, con
          * non-negative terms, so no cancellation. (logsumexp - x[label]
          * rounds logsumexp at the scale of the logits first: 2e-5 off at
          * logits near 1000.) */
-        losses[b] = (maxval - x[labels[b]]) + log_sum;
+        float nll = (maxval - x[labels[b]]) + log_sum;
+        if (smoothing > 0.0f) {
+            /* target (1 - s) onehot + s / C: add s times the mean of -log p_c */
+            double mean_nll = 0.0;
+            for (int c = 0; c < C; c++)
+                mean_nll += (double)(maxval - x[c]) + (double)log_sum;
+            nll = (1.0f - smoothing) * nll + smoothing * (float)(mean_nll / C);
+        }
+        losses[b] = nll;
         total += losses[b];
     }
     return B > 0 ? (float)(total / B) : 0.0f;
 }
 
-void crossentropy_backward(float *dlogits, const float *probs, const int32_t *labels, int B, int C)
+void crossentropy_backward(float *dlogits, const float *probs, const int32_t *labels, int B, int C,
+                           float smoothing)
 {
     if (!dlogits)
         return;
     float inv_batch = 1.0f / (float)B;
+    float off = smoothing / (float)C, on = 1.0f - smoothing + off;
     for (int b = 0; b < B; b++) {
         const float *p = probs + (size_t)b * C;
         float *g = dlogits + (size_t)b * C;
         for (int c = 0; c < C; c++) {
-            float onehot = c == labels[b] ? 1.0f : 0.0f;
-            g[c] += (p[c] - onehot) * inv_batch;
+            float target = c == labels[b] ? on : off;
+            g[c] += (p[c] - target) * inv_batch;
         }
     }
 }

@@ -21,6 +21,7 @@ _Static_assert(sizeof(int32_t) == sizeof(float), "pool_argmax shares the float a
 #define MAX_LEN 1000000
 #define MAX_DIM 65536
 #define MAX_CLASSES 65536
+#define MAX_NGRAM_BUCKETS 16777216
 
 /* Dropout sites, each with its own key derived from the forward's key. */
 #define DROP_SITE_EMBED 0
@@ -41,6 +42,30 @@ const char *ac_pooling_name(ac_pooling p)
     case AC_POOL_CLS: return "cls";
     }
     return "unknown";
+}
+
+const char *ac_positions_name(ac_positions p)
+{
+    switch (p) {
+    case AC_POS_SINUSOIDAL: return "sinusoidal";
+    case AC_POS_LEARNED: return "learned";
+    case AC_POS_NONE: return "none";
+    }
+    return "unknown";
+}
+
+int ac_positions_parse(const char *s, ac_positions *out)
+{
+    static const ac_positions all[] = {AC_POS_SINUSOIDAL, AC_POS_LEARNED, AC_POS_NONE};
+    if (!s)
+        return -1;
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        if (strcmp(s, ac_positions_name(all[i])) == 0) {
+            *out = all[i];
+            return 0;
+        }
+    }
+    return -1;
 }
 
 int ac_pooling_parse(const char *s, ac_pooling *out)
@@ -82,6 +107,18 @@ int ac_model_config_validate(const ac_model_config *cfg, ac_err *err)
         return ac_err_set(err, "model.dropout: must be in [0, 1) (got %g)", (double)cfg->dropout);
     if (!(cfg->ln_eps > 0.0f && cfg->ln_eps < 1.0f))
         return ac_err_set(err, "model.ln_eps: must be in (0, 1) (got %g)", (double)cfg->ln_eps);
+    if (cfg->positions != AC_POS_SINUSOIDAL && cfg->positions != AC_POS_LEARNED &&
+        cfg->positions != AC_POS_NONE)
+        return ac_err_set(err, "model.positions: must be sinusoidal, learned or none");
+    if (check_range("ngram_order", cfg->ngram_order, 0, 3, err) ||
+        check_range("ngram_buckets", cfg->ngram_buckets, 0, MAX_NGRAM_BUCKETS, err))
+        return -1;
+    if (cfg->ngram_order >= 2 && cfg->ngram_buckets < 1)
+        return ac_err_set(err, "model.ngram_buckets: must be at least 1 with ngram_order %d",
+                          cfg->ngram_order);
+    if (!(cfg->temperature >= 0.0f && cfg->temperature <= 1000.0f))
+        return ac_err_set(err, "model.temperature: must be in (0, 1000] (got %g)",
+                          (double)cfg->temperature);
     return 0;
 }
 
@@ -97,6 +134,7 @@ static void add_tensor(ac_model *m, size_t *offset, const char *name, int rows, 
     t->numel = (size_t)rows * (size_t)(cols > 0 ? cols : 1);
     t->offset = *offset;
     t->weight_decay = t->ndim == 2;
+    t->sparse = 0;
     *offset += t->numel;
 }
 
@@ -109,6 +147,8 @@ static size_t build_table(ac_model *m)
     char name[AC_PARAM_NAME_LEN];
     m->n_tensors = 0;
     add_tensor(m, &off, "embed.weight", c->vocab_size, d);
+    if (c->positions == AC_POS_LEARNED)
+        add_tensor(m, &off, "embed.pos.weight", c->max_len, d);
     add_tensor(m, &off, "embed.norm.weight", d, 0);
     add_tensor(m, &off, "embed.norm.bias", d, 0);
     for (int l = 0; l < c->n_layers; l++) {
@@ -131,6 +171,12 @@ static size_t build_table(ac_model *m)
     }
     add_tensor(m, &off, "head.weight", c->n_classes, d);
     add_tensor(m, &off, "head.bias", c->n_classes, 0);
+    m->dense_params = off;
+    /* Last, so that every dense tensor lies before it in one block. */
+    if (ac_model_has_ngrams(c)) {
+        add_tensor(m, &off, "embed.ngram.weight", c->ngram_buckets, d);
+        m->table[m->n_tensors - 1].sparse = 1;
+    }
     return off;
 }
 
@@ -140,6 +186,7 @@ static void fill_ptrs(ac_param_ptrs *p, float *base, const ac_model *m)
     const ac_param_info *t = m->table;
     int i = 0;
     p->embed_w = base + t[i++].offset;
+    p->pos_w = m->cfg.positions == AC_POS_LEARNED ? base + t[i++].offset : NULL;
     p->embed_norm_w = base + t[i++].offset;
     p->embed_norm_b = base + t[i++].offset;
     for (int l = 0; l < m->cfg.n_layers; l++) {
@@ -160,6 +207,7 @@ static void fill_ptrs(ac_param_ptrs *p, float *base, const ac_model *m)
     }
     p->head_w = base + t[i++].offset;
     p->head_b = base + t[i++].offset;
+    p->ngram_w = ac_model_has_ngrams(&m->cfg) ? base + t[i++].offset : NULL;
 }
 
 int ac_model_create(ac_model *m, const ac_model_config *cfg, ac_err *err)
@@ -168,7 +216,7 @@ int ac_model_create(ac_model *m, const ac_model_config *cfg, ac_err *err)
     if (ac_model_config_validate(cfg, err))
         return -1;
     m->cfg = *cfg;
-    int max_tensors = 3 + 13 * cfg->n_layers + 2;
+    int max_tensors = 5 + 13 * cfg->n_layers + 2;
     m->table = calloc((size_t)max_tensors, sizeof *m->table);
     if (!m->table)
         return ac_err_set(err, "model: out of memory for the parameter table");
@@ -178,14 +226,20 @@ int ac_model_create(ac_model *m, const ac_model_config *cfg, ac_err *err)
     m->params = calloc(m->n_params, sizeof(float));
     m->grads = calloc(m->n_params, sizeof(float));
     m->pos_table = calloc((size_t)cfg->max_len * (size_t)cfg->d_model, sizeof(float));
-    if (!m->params || !m->grads || !m->pos_table) {
+    if (ac_model_has_ngrams(cfg)) {
+        m->ngram_mark = calloc((size_t)cfg->ngram_buckets, 1);
+        m->ngram_rows = malloc((size_t)cfg->ngram_buckets * sizeof *m->ngram_rows);
+    }
+    if (!m->params || !m->grads || !m->pos_table ||
+        (ac_model_has_ngrams(cfg) && (!m->ngram_mark || !m->ngram_rows))) {
         size_t n = m->n_params;
         ac_model_free(m);
         return ac_err_set(err, "model: out of memory for %zu parameters", n);
     }
     fill_ptrs(&m->p, m->params, m);
     fill_ptrs(&m->g, m->grads, m);
-    positions_table_fill(m->pos_table, cfg->max_len, cfg->d_model);
+    if (cfg->positions == AC_POS_SINUSOIDAL)
+        positions_table_fill(m->pos_table, cfg->max_len, cfg->d_model);
     return 0;
 }
 
@@ -200,7 +254,9 @@ void ac_model_init_weights(ac_model *m, uint64_t seed)
         float *w = m->params + t->offset;
         size_t len = strlen(t->name);
         int is_gain = t->ndim == 1 && len >= 7 && strcmp(t->name + len - 7, ".weight") == 0;
-        if (t->ndim == 2) {
+        if (t->sparse) {
+            memset(w, 0, t->numel * sizeof *w);
+        } else if (t->ndim == 2) {
             uint64_t key = ac_rng_key(seed, (uint64_t)i);
             for (size_t j = 0; j < t->numel; j++)
                 w[j] = 0.02f * ac_rng_normal(key, j);
@@ -227,6 +283,8 @@ void ac_model_free(ac_model *m)
     free(m->params);
     free(m->grads);
     free(m->pos_table);
+    free(m->ngram_mark);
+    free(m->ngram_rows);
     free(m->act.mem);
     memset(m, 0, sizeof *m);
 }
@@ -275,6 +333,9 @@ static size_t layout_activations(ac_activations *a, const ac_model_config *cfg, 
     size_t BHTT = mul_checked(mul_checked(B, (size_t)cfg->n_heads, &c.overflow),
                               mul_checked(T, T, &c.overflow), &c.overflow);
     a->embed_sum = carve(&c, N, d, 1);
+    a->ngram_ids = ac_model_has_ngrams(cfg)
+                       ? (int32_t *)(void *)carve(&c, N, (size_t)(cfg->ngram_order - 1), 1)
+                       : NULL;
     a->embed_ln = carve(&c, N, d, 1);
     a->embed_mean = carve(&c, N, 1, 1);
     a->embed_rstd = carve(&c, N, 1, 1);
@@ -306,6 +367,7 @@ static size_t layout_activations(ac_activations *a, const ac_model_config *cfg, 
     a->logits = carve(&c, B, C, 1);
     a->probs_out = carve(&c, B, C, 1);
     a->losses = carve(&c, B, 1, 1);
+    a->scaled_logits = carve(&c, B, C, 1);
     a->grad_a = carve(&c, N, d, 1);
     a->grad_b = carve(&c, N, d, 1);
     a->grad_c = carve(&c, N, d, 1);
@@ -432,7 +494,33 @@ static void zero_floats(float *p, size_t n)
 
 void ac_model_zero_grad(ac_model *m)
 {
-    zero_floats(m->grads, m->n_params);
+    zero_floats(m->grads, m->dense_params);
+    if (!m->p.ngram_w)
+        return;
+    const size_t d = (size_t)m->cfg.d_model;
+    float *g = m->g.ngram_w;
+    for (int i = 0; i < m->n_ngram_rows; i++) {
+        int32_t r = m->ngram_rows[i];
+        memset(g + (size_t)r * d, 0, d * sizeof *g);
+        m->ngram_mark[r] = 0;
+    }
+    m->n_ngram_rows = 0;
+}
+
+/* Lists the n-gram rows the last backward wrote (serial, first-touch order). */
+static void mark_ngram_rows(ac_model *m, const int32_t *lengths, int B, int T)
+{
+    const int per_pos = m->cfg.ngram_order - 1;
+    const int32_t *buckets = m->act.ngram_ids;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < lengths[b]; t++)
+            for (int n = 0; n < per_pos; n++) {
+                int32_t r = buckets[((size_t)b * T + t) * per_pos + n];
+                if (!m->ngram_mark[r]) {
+                    m->ngram_mark[r] = 1;
+                    m->ngram_rows[m->n_ngram_rows++] = r;
+                }
+            }
 }
 
 /* Every index the layers will use is in range: an id outside the vocabulary,
@@ -473,7 +561,13 @@ float ac_model_forward(ac_model *m, const int32_t *ids, const int32_t *lengths,
     const int maps = train || m->keep_attention;
     double t = prof_start(m);
 
-    embedding_forward(a->embed_sum, ids, m->p.embed_w, m->pos_table, B, T, d);
+    embedding_forward(a->embed_sum, ids, m->p.embed_w, m->p.pos_w ? m->p.pos_w : m->pos_table,
+                      B, T, d);
+    if (m->p.ngram_w) {
+        ngram_buckets_compute(a->ngram_ids, ids, lengths, B, T, c->ngram_order, c->ngram_buckets);
+        ngram_forward(a->embed_sum, a->ngram_ids, m->p.ngram_w, lengths, B, T, d,
+                      c->ngram_order - 1);
+    }
     layernorm_forward(a->embed_ln, a->embed_mean, a->embed_rstd, a->embed_sum, m->p.embed_norm_w,
                       m->p.embed_norm_b, N, d, c->ln_eps);
     if (drop)
@@ -536,10 +630,18 @@ float ac_model_forward(ac_model *m, const int32_t *ids, const int32_t *lengths,
     m->last_lengths = lengths;
     m->last_labels = labels;
     float loss = 0.0f;
+    /* Outside training, probabilities (and the loss) use the fitted temperature. */
+    const float *scored = a->logits;
+    if (!train && c->temperature > 0.0f && c->temperature != 1.0f) {
+        for (int i = 0; i < B * C; i++)
+            a->scaled_logits[i] = a->logits[i] / c->temperature;
+        scored = a->scaled_logits;
+    }
     if (labels)
-        loss = crossentropy_forward(a->losses, a->probs_out, a->logits, labels, B, C);
+        loss = crossentropy_forward(a->losses, a->probs_out, scored, labels, B, C,
+                                    train ? m->label_smoothing : 0.0f);
     else
-        softmax_rows(a->probs_out, a->logits, B, C);
+        softmax_rows(a->probs_out, scored, B, C);
     prof_lap(m, &t, m->profile.forward, AC_PART_HEAD);
     return loss;
 }
@@ -567,7 +669,8 @@ void ac_model_backward(ac_model *m)
 
     /* Head and pooling. */
     zero_floats(a->grad_logits, (size_t)B * C);
-    crossentropy_backward(a->grad_logits, a->probs_out, m->last_labels, B, C);
+    crossentropy_backward(a->grad_logits, a->probs_out, m->last_labels, B, C,
+                          m->last_train ? m->label_smoothing : 0.0f);
     zero_floats(a->grad_pooled, (size_t)B * d);
     if (drop) {
         zero_floats(a->grad_c, (size_t)B * d);
@@ -648,5 +751,11 @@ void ac_model_backward(ac_model *m)
     layernorm_backward(a->grad_c, m->g.embed_norm_w, m->g.embed_norm_b, dln, a->embed_sum,
                        m->p.embed_norm_w, a->embed_mean, a->embed_rstd, N, d);
     embedding_backward(m->g.embed_w, a->grad_c, m->last_ids, lengths, B, T, d);
+    if (m->p.pos_w)
+        positions_backward(m->g.pos_w, a->grad_c, lengths, B, T, d);
+    if (m->p.ngram_w) {
+        ngram_backward(m->g.ngram_w, a->grad_c, a->ngram_ids, lengths, B, T, d, c->ngram_order - 1);
+        mark_ngram_rows(m, lengths, B, T);
+    }
     prof_lap(m, &t, m->profile.backward, AC_PART_EMBED);
 }

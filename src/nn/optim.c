@@ -119,6 +119,50 @@ float ac_clip_grad_norm(float *grads, size_t n, float clip_norm)
     return (float)norm;
 }
 
+/* Sum of squares of the listed rows of a [rows, d] table: fixed chunks of the
+ * list, each summed in list order, then the chunks in order. */
+static double rows_sum_of_squares(const float *g, const int32_t *rows, int n_rows, size_t d)
+{
+    double partial[NORM_CHUNKS];
+#pragma omp parallel for schedule(static)
+    for (int chunk = 0; chunk < NORM_CHUNKS; chunk++) {
+        int begin = (int)((long long)n_rows * chunk / NORM_CHUNKS);
+        int end = (int)((long long)n_rows * (chunk + 1) / NORM_CHUNKS);
+        double sum = 0.0;
+        for (int i = begin; i < end; i++)
+            sum += sum_of_squares(g + (size_t)rows[i] * d, d);
+        partial[chunk] = sum;
+    }
+    double total = 0.0;
+    for (int chunk = 0; chunk < NORM_CHUNKS; chunk++)
+        total += partial[chunk];
+    return total;
+}
+
+float ac_model_clip_grad_norm(ac_model *m, float clip_norm)
+{
+    if (!m->p.ngram_w)
+        return ac_clip_grad_norm(m->grads, m->n_params, clip_norm);
+    const size_t d = (size_t)m->cfg.d_model;
+    double dense = ac_clip_grad_norm(m->grads, m->dense_params, 0.0f);
+    double total = dense * dense + rows_sum_of_squares(m->g.ngram_w, m->ngram_rows,
+                                                       m->n_ngram_rows, d);
+    double norm = sqrt(total);
+    if (clip_norm > 0.0f && norm > clip_norm) {
+        float coef = (float)((double)clip_norm / (norm + 1e-6));
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < m->dense_params; i++)
+            m->grads[i] *= coef;
+#pragma omp parallel for schedule(static)
+        for (int i = 0; i < m->n_ngram_rows; i++) {
+            float *g = m->g.ngram_w + (size_t)m->ngram_rows[i] * d;
+            for (size_t k = 0; k < d; k++)
+                g[k] *= coef;
+        }
+    }
+    return (float)norm;
+}
+
 /* torch.optim.AdamW (single-tensor path):
  *   p *= 1 - lr * wd                      (decay tensors only)
  *   m = b1 m + (1 - b1) g ; v = b2 v + (1 - b2) g^2
@@ -173,6 +217,18 @@ void ac_adamw_step(const ac_model *m, float *params, const float *grads, float *
         const ac_param_info *info = &m->table[ti];
         const float decay = info->weight_decay ? decay_factor : 1.0f;
         const size_t n = info->numel, off = info->offset;
+        if (info->sparse) {
+            /* Lazy AdamW: only the rows this batch touched move (their
+             * moments too); the others keep their values until touched. */
+            const size_t d = (size_t)info->shape[1];
+#pragma omp for schedule(static) nowait
+            for (int i = 0; i < m->n_ngram_rows; i++) {
+                size_t at = off + (size_t)m->ngram_rows[i] * d;
+                adamw_range(params + at, grads + at, m1 + at, m2 + at, d, b1, b2, eps, step_size,
+                            bias2_sqrt, decay);
+            }
+            continue;
+        }
         const long n_tasks = (long)((n + ADAMW_TASK - 1) / ADAMW_TASK);
 #pragma omp for schedule(static) nowait
         for (long task = 0; task < n_tasks; task++) {

@@ -353,6 +353,35 @@ static inline int64_t row_length(const ac_corpus *c, int64_t row)
     return c->off[row + 1] - c->off[row];
 }
 
+/* The span of a row that a crop keeps: [*start, *start + *len) of its ids. */
+static void crop_of(const ac_corpus *c, int64_t row, const ac_crop_spec *crop, int32_t *start,
+                    int32_t *len)
+{
+    int64_t full = row_length(c, row);
+    *start = 0;
+    *len = (int32_t)full;
+    if (!crop || crop->frac <= 0)
+        return;
+    uint64_t key = ac_rng_key(crop->key, (uint64_t)row);
+    if (ac_rng_uniform(key, 0) >= crop->frac)
+        return;
+    int first = crop->keep_first && full > 0 ? 1 : 0;
+    int64_t body = full - first;
+    int64_t span = crop->min_len + (int64_t)ac_rng_below(key, 1, (uint64_t)(crop->max_len - crop->min_len + 1));
+    if (span >= body)
+        return;
+    int64_t at = first + (int64_t)ac_rng_below(key, 2, (uint64_t)(body - span + 1));
+    /* With keep_first the span is stored from the row's own start, which the
+     * fill replaces by the kept first id: start = at - first. */
+    *start = (int32_t)(at - first);
+    *len = (int32_t)(span + first);
+}
+
+static inline int64_t plan_length(const ac_batch_plan *p, const ac_corpus *c, int64_t i)
+{
+    return p->crop_len ? p->crop_len[i] : row_length(c, p->order[i]);
+}
+
 typedef struct {
     int64_t length;
     int64_t pos; /* position in the shuffled order: keeps the sort stable */
@@ -373,15 +402,30 @@ void ac_batch_plan_free(ac_batch_plan *p)
         return;
     free(p->order);
     free(p->batch_start);
+    free(p->crop_start);
+    free(p->crop_len);
     memset(p, 0, sizeof *p);
 }
 
 int ac_batch_plan_make(ac_batch_plan *p, const ac_corpus *c, const int64_t *idx, int64_t n,
                        int batch_size, int shuffle, uint64_t key, ac_err *err)
 {
+    return ac_batch_plan_make_cropped(p, c, idx, n, batch_size, shuffle, key, NULL, err);
+}
+
+int ac_batch_plan_make_cropped(ac_batch_plan *p, const ac_corpus *c, const int64_t *idx, int64_t n,
+                               int batch_size, int shuffle, uint64_t key,
+                               const ac_crop_spec *crop, ac_err *err)
+{
     memset(p, 0, sizeof *p);
     if (batch_size < 1)
         return ac_err_set(err, "batch size must be at least 1, got %d", batch_size);
+    if (crop && crop->frac > 0 &&
+        (crop->min_len < 1 || crop->max_len < crop->min_len || crop->frac > 1))
+        return ac_err_set(err, "crop lengths %d..%d (share %g) are not a valid range",
+                          crop->min_len, crop->max_len, crop->frac);
+    if (crop && crop->frac <= 0)
+        crop = NULL;
     if (n < 0 || (!idx && n > c->n))
         return ac_err_set(err, "%lld rows asked for, the corpus has %lld", (long long)n,
                           (long long)c->n);
@@ -422,8 +466,11 @@ int ac_batch_plan_make(ac_batch_plan *p, const ac_corpus *c, const int64_t *idx,
         }
         for (int64_t start = 0; start < n; start += pool_rows) {
             int64_t m = n - start < pool_rows ? n - start : pool_rows;
-            for (int64_t i = 0; i < m; i++)
-                pool[i] = (pool_item){row_length(c, rows[start + i]), start + i, rows[start + i]};
+            for (int64_t i = 0; i < m; i++) {
+                int32_t cs, cl;
+                crop_of(c, rows[start + i], crop, &cs, &cl);
+                pool[i] = (pool_item){cl, start + i, rows[start + i]};
+            }
             qsort(pool, (size_t)m, sizeof *pool, compare_pool_items);
             for (int64_t i = 0; i < m; i++)
                 rows[start + i] = pool[i].row;
@@ -445,10 +492,21 @@ int ac_batch_plan_make(ac_batch_plan *p, const ac_corpus *c, const int64_t *idx,
     }
     free(rows);
     p->n_batches = n_batches;
+    if (crop) {
+        p->crop_start = malloc((size_t)(n ? n : 1) * sizeof *p->crop_start);
+        p->crop_len = malloc((size_t)(n ? n : 1) * sizeof *p->crop_len);
+        if (!p->crop_start || !p->crop_len) {
+            ac_batch_plan_free(p);
+            return ac_err_set(err, "out of memory");
+        }
+        for (int64_t i = 0; i < n; i++)
+            crop_of(c, p->order[i], crop, &p->crop_start[i], &p->crop_len[i]);
+        p->keep_first = crop->keep_first;
+    }
     for (int64_t b = 0; b < n_batches; b++) {
         int64_t longest = 0;
         for (int64_t i = p->batch_start[b]; i < p->batch_start[b + 1]; i++) {
-            int64_t len = row_length(c, p->order[i]);
+            int64_t len = plan_length(p, c, i);
             p->real_tokens += len;
             if (len > longest)
                 longest = len;
@@ -463,7 +521,7 @@ void ac_batch_fill(ac_batch *out, const ac_corpus *c, const ac_batch_plan *p, in
     int64_t begin = p->batch_start[b], end = p->batch_start[b + 1];
     int B = (int)(end - begin), T = 0;
     for (int i = 0; i < B; i++) {
-        int64_t len = row_length(c, p->order[begin + i]);
+        int64_t len = plan_length(p, c, begin + i);
         if (len > T)
             T = (int)len;
     }
@@ -471,9 +529,18 @@ void ac_batch_fill(ac_batch *out, const ac_corpus *c, const ac_batch_plan *p, in
     out->T = T;
     for (int i = 0; i < B; i++) {
         int64_t row = p->order[begin + i];
-        int len = (int)row_length(c, row);
+        int len = (int)plan_length(p, c, begin + i);
         int32_t *dst = out->ids + (size_t)i * (size_t)T;
-        memcpy(dst, c->ids + c->off[row], (size_t)len * sizeof *dst);
+        const int32_t *src = c->ids + c->off[row];
+        if (p->crop_start && p->crop_start[begin + i] > 0) {
+            int first = p->keep_first ? 1 : 0;
+            if (first)
+                dst[0] = src[0];
+            memcpy(dst + first, src + first + p->crop_start[begin + i],
+                   (size_t)(len - first) * sizeof *dst);
+        } else {
+            memcpy(dst, src, (size_t)len * sizeof *dst);
+        }
         for (int j = len; j < T; j++)
             dst[j] = AC_PAD_ID;
         out->lengths[i] = len;

@@ -9,6 +9,7 @@ typedef struct {
     double train_loss;   /* mean since the previous evaluation; NAN when unknown */
     double val_loss;     /* NAN without validation rows */
     double val_accuracy; /* NAN without validation rows */
+    double span_accuracy; /* short-span validation accuracy; NAN without validation rows */
     double lr;
     double tokens_per_s;
     double elapsed_s;

@@ -17,7 +17,18 @@
 
 /* Sub-streams of the seed, one per use of randomness, so that e.g. the
  * shuffle of epoch 3 never shares draws with the dropout of step 3. */
-enum { STREAM_SPLIT = 1, STREAM_INIT = 2, STREAM_SHUFFLE = 3, STREAM_DROPOUT = 4 };
+enum {
+    STREAM_SPLIT = 1,
+    STREAM_INIT = 2,
+    STREAM_SHUFFLE = 3,
+    STREAM_DROPOUT = 4,
+    STREAM_CROP = 5,  /* which training rows are cropped, per epoch */
+    STREAM_SPANS = 6, /* the fixed short spans of the validation rows */
+};
+
+/* Short-span validation: one span of this many tokens per validation row. */
+#define SPAN_MIN_TOKENS 5
+#define SPAN_MAX_TOKENS 40
 
 #define METRICS_MAX_BYTES ((size_t)256 << 20)
 #define RUN_FILE_MAX_BYTES ((size_t)1 << 20)
@@ -39,6 +50,8 @@ typedef struct {
     int plan_epoch;     /* -1: none */
     ac_batch_plan val_plan;
     int have_val_plan;
+    ac_batch_plan span_plan; /* the same rows cut to short spans */
+    int have_span_plan;
     ac_batch batch; /* buffers for batch_size x max_len */
     float *m1, *m2;
     ac_optim_config optim;
@@ -246,19 +259,20 @@ static int write_metrics_and_curves(const trainer *t, ac_err *err)
         return ac_err_set(err, "out of memory");
     for (int i = 0; i < t->n_points; i++) {
         const ac_metric_point *p = &t->points[i];
-        char epoch[32], tl[32], vl[32], va[32], lr[32], tps[32], el[32];
+        char epoch[32], tl[32], vl[32], va[32], sa[32], lr[32], tps[32], el[32];
         format_number(epoch, sizeof epoch, p->epoch);
         format_number(tl, sizeof tl, p->train_loss);
         format_number(vl, sizeof vl, p->val_loss);
         format_number(va, sizeof va, p->val_accuracy);
+        format_number(sa, sizeof sa, p->span_accuracy);
         format_number(lr, sizeof lr, p->lr);
         format_number(tps, sizeof tps, p->tokens_per_s);
         format_number(el, sizeof el, p->elapsed_s);
         int w = snprintf(text + len, cap - len,
                          "{\"step\": %ld, \"epoch\": %s, \"train_loss\": %s, \"val_loss\": %s, "
-                         "\"val_accuracy\": %s, \"lr\": %s, \"tokens_per_s\": %s, "
-                         "\"elapsed_s\": %s}\n",
-                         p->step, epoch, tl, vl, va, lr, tps, el);
+                         "\"val_accuracy\": %s, \"short_span_accuracy\": %s, \"lr\": %s, "
+                         "\"tokens_per_s\": %s, \"elapsed_s\": %s}\n",
+                         p->step, epoch, tl, vl, va, sa, lr, tps, el);
         if (w < 0 || (size_t)w >= cap - len) {
             free(text);
             return ac_err_set(err, "internal error: metrics line too long");
@@ -332,6 +346,7 @@ static int load_metrics_until(trainer *t, long max_step, ac_err *err)
                     .train_loss = json_number(obj, "train_loss"),
                     .val_loss = json_number(obj, "val_loss"),
                     .val_accuracy = json_number(obj, "val_accuracy"),
+                    .span_accuracy = json_number(obj, "short_span_accuracy"),
                     .lr = json_number(obj, "lr"),
                     .tokens_per_s = json_number(obj, "tokens_per_s"),
                     .elapsed_s = json_number(obj, "elapsed_s"),
@@ -574,6 +589,25 @@ static int setup_resume(trainer *t, ac_err *err)
     return 0;
 }
 
+/* The training batches of one epoch: shuffled, and a share of the rows cut
+ * to short spans (both drawn from the seed and the epoch). */
+static int make_epoch_plan(trainer *t, int epoch, ac_err *err)
+{
+    const ac_train_config *tc = &t->cfg.training;
+    ac_crop_spec crop = {.frac = tc->crop_frac,
+                         .min_len = tc->crop_min,
+                         .max_len = tc->crop_max,
+                         .keep_first = t->cfg.model.pooling == AC_POOL_CLS,
+                         .key = ac_rng_key(ac_rng_key(tc->seed, STREAM_CROP), (uint64_t)epoch)};
+    if (ac_batch_plan_make_cropped(&t->plan, &t->train_corpus, t->train_idx, t->n_train,
+                                   tc->batch_size, 1,
+                                   ac_rng_key(ac_rng_key(tc->seed, STREAM_SHUFFLE), (uint64_t)epoch),
+                                   &crop, err))
+        return -1;
+    t->plan_epoch = epoch;
+    return 0;
+}
+
 static int setup(trainer *t, ac_err *err)
 {
     const ac_train_options *o = t->opt;
@@ -600,12 +634,10 @@ static int setup(trainer *t, ac_err *err)
     const ac_train_config *tc = &t->cfg.training;
     if (tc->epochs < 1 || tc->batch_size < 1)
         return ac_err_set(err, "training.epochs and training.batch_size must be at least 1");
+    t->model.label_smoothing = tc->label_smoothing;
     int first_epoch = t->state.epoch < tc->epochs ? t->state.epoch : 0;
-    if (ac_batch_plan_make(&t->plan, &t->train_corpus, t->train_idx, t->n_train, tc->batch_size, 1,
-                           ac_rng_key(ac_rng_key(tc->seed, STREAM_SHUFFLE), (uint64_t)first_epoch),
-                           err))
+    if (make_epoch_plan(t, first_epoch, err))
         return ac_err_prefix(err, "batching");
-    t->plan_epoch = first_epoch;
     t->batches_per_epoch = (long)t->plan.n_batches;
     if (t->batches_per_epoch <= 0)
         return ac_err_set(err, "no training batches");
@@ -615,6 +647,15 @@ static int setup(trainer *t, ac_err *err)
                                0, err))
             return ac_err_prefix(err, "batching the validation rows");
         t->have_val_plan = 1;
+        ac_crop_spec spans = {.frac = 1.0,
+                              .min_len = SPAN_MIN_TOKENS,
+                              .max_len = SPAN_MAX_TOKENS,
+                              .keep_first = t->cfg.model.pooling == AC_POOL_CLS,
+                              .key = ac_rng_key(tc->seed, STREAM_SPANS)};
+        if (ac_batch_plan_make_cropped(&t->span_plan, t->val_src, t->val_idx, t->n_val,
+                                       tc->batch_size, 0, 0, &spans, err))
+            return ac_err_prefix(err, "cutting the validation rows to short spans");
+        t->have_span_plan = 1;
     }
 
     /* config.json stores warmup as a fraction of all steps: a warmup given in
@@ -678,6 +719,8 @@ static void trainer_free(trainer *t)
 {
     if (t->have_val_plan)
         ac_batch_plan_free(&t->val_plan);
+    if (t->have_span_plan)
+        ac_batch_plan_free(&t->span_plan);
     if (t->plan_epoch >= 0)
         ac_batch_plan_free(&t->plan);
     if (t->have_val_corpus)
@@ -738,7 +781,7 @@ static void fill_progress(const trainer *t, const session_stats *s, ac_train_eve
     p->eta_s = s->steps > 0 ? (double)(t->stop_step - t->state.step) * (now - s->t0) /
                                   (double)s->steps
                             : NAN;
-    p->val_loss = p->val_accuracy = NAN;
+    p->val_loss = p->val_accuracy = p->val_span_accuracy = NAN;
     p->best_val_accuracy = t->n_val > 0 ? t->state.best_metric : -1.0;
     p->best_step = t->state.best_step;
     p->bad_evals = t->state.bad_evals;
@@ -788,7 +831,7 @@ static int train_step(trainer *t, session_stats *s, ac_err *err)
         return non_finite_error(t, t->state.step + 1, "the training loss", loss, err);
     ac_model_zero_grad(m);
     ac_model_backward(m);
-    float norm = ac_clip_grad_norm(m->grads, m->n_params, t->optim.clip_norm);
+    float norm = ac_model_clip_grad_norm(m, t->optim.clip_norm);
     if (!isfinite(norm))
         return non_finite_error(t, t->state.step + 1, "the gradient norm", norm, err);
     float lr = ac_lr_at(&t->optim, t->state.step);
@@ -818,16 +861,17 @@ static int train_step(trainer *t, session_stats *s, ac_err *err)
     return 0;
 }
 
-/* Validation loss and accuracy, batches in file order, no dropout. */
-static int evaluate(trainer *t, double *val_loss, double *val_accuracy, ac_err *err)
+/* Loss and accuracy over a plan of validation rows, no dropout. */
+static int evaluate(trainer *t, const ac_batch_plan *plan, double *val_loss, double *val_accuracy,
+                    ac_err *err)
 {
     ac_model *m = &t->model;
     ac_batch *b = &t->batch;
     int C = t->cfg.model.n_classes;
     double loss_sum = 0;
     int64_t correct = 0, seen = 0;
-    for (int64_t i = 0; i < t->val_plan.n_batches; i++) {
-        ac_batch_fill(b, t->val_src, &t->val_plan, i);
+    for (int64_t i = 0; i < plan->n_batches; i++) {
+        ac_batch_fill(b, t->val_src, plan, i);
         float loss = ac_model_forward(m, b->ids, b->lengths, b->labels, b->B, b->T, 0, 0);
         if (!isfinite(loss))
             return non_finite_error(t, t->state.step, "the validation loss", loss, err);
@@ -853,8 +897,9 @@ static int evaluate(trainer *t, double *val_loss, double *val_accuracy, ac_err *
  * best model, then the checkpoint that records it as best. */
 static int evaluate_and_save(trainer *t, session_stats *s, ac_train_result *res, ac_err *err)
 {
-    double val_loss = NAN, val_accuracy = NAN;
-    if (t->n_val > 0 && evaluate(t, &val_loss, &val_accuracy, err))
+    double val_loss = NAN, val_accuracy = NAN, span_loss = NAN, span_accuracy = NAN;
+    if (t->n_val > 0 && (evaluate(t, &t->val_plan, &val_loss, &val_accuracy, err) ||
+                         evaluate(t, &t->span_plan, &span_loss, &span_accuracy, err)))
         return -1;
     ac_trainer_state *st = &t->state;
     ac_metric_point p = {
@@ -864,6 +909,7 @@ static int evaluate_and_save(trainer *t, session_stats *s, ac_train_result *res,
                                                : NAN,
         .val_loss = val_loss,
         .val_accuracy = val_accuracy,
+        .span_accuracy = span_accuracy,
         .lr = s->last_lr,
         .tokens_per_s = s->time_since_eval > 0 ? s->tokens_since_eval / s->time_since_eval : NAN,
         .elapsed_s = t->elapsed_base + (now_s() - s->t0),
@@ -901,6 +947,7 @@ static int evaluate_and_save(trainer *t, session_stats *s, ac_train_result *res,
     ev.loss = p.train_loss;
     ev.val_loss = val_loss;
     ev.val_accuracy = val_accuracy;
+    ev.val_span_accuracy = span_accuracy;
     ev.improved = improved;
     ev.tokens_per_s = p.tokens_per_s;
     report(t, &ev);
@@ -938,11 +985,8 @@ static int run(trainer *t, ac_train_result *res, ac_err *err)
         if (t->plan_epoch != t->state.epoch) {
             ac_batch_plan_free(&t->plan);
             t->plan_epoch = -1;
-            uint64_t key = ac_rng_key(ac_rng_key(tc->seed, STREAM_SHUFFLE), (uint64_t)t->state.epoch);
-            if (ac_batch_plan_make(&t->plan, &t->train_corpus, t->train_idx, t->n_train,
-                                   tc->batch_size, 1, key, err))
+            if (make_epoch_plan(t, t->state.epoch, err))
                 return ac_err_prefix(err, "batching epoch %d", t->state.epoch + 1);
-            t->plan_epoch = t->state.epoch;
             if ((long)t->plan.n_batches != t->batches_per_epoch)
                 return ac_err_set(err, "internal error: epoch %d has %lld batches, not %ld",
                                   t->state.epoch + 1, (long long)t->plan.n_batches,
