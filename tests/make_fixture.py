@@ -5,6 +5,7 @@ the C model against (in the spirit of karpathy/llm.c's test_gpt2).
 Run by hand where PyTorch is installed (Debian: apt-get install python3-torch):
 
     /usr/bin/python3 tests/make_fixture.py            # writes tests/fixtures/*.safetensors
+    /usr/bin/python3 tests/make_fixture.py --out-dir /tmp/fx   # elsewhere (to cmp with them)
 
 It also reproduces the logits of a model that attnctl trained and saved (a
 directory with config.json, model.safetensors and vocab.txt), for token ids
@@ -17,12 +18,24 @@ prints one JSON object: {"logits": [[...], ...], "probabilities": [[...], ...]},
     /usr/bin/python3 tests/make_fixture.py --self-check
 
 checks the reference model itself against PyTorch's nn.TransformerEncoderLayer
-(post-LN, ReLU, key padding mask) on every pooling.
+(post-LN, ReLU, key padding mask) on every pooling, its input features
+(positions, hashed n-grams) against a plain per-position loop, and its
+label-smoothed loss against F.cross_entropy(label_smoothing=...).
 
 The model below is written from the specification in DESIGN.md, not from the
-C code: token embedding + fixed sinusoidal positions -> LayerNorm -> N post-LN
+C code: token embedding + positions (fixed sinusoidal table, a learned
+[max_len, d] table `embed.pos.weight`, or none) + hashed n-gram embeddings
+(`embed.ngram.weight`, [buckets, d], optional) -> LayerNorm -> N post-LN
 encoder layers (masked multi-head attention, ReLU FFN) -> pooling over valid
-positions -> Linear(d, C) -> mean cross-entropy. LayerNorm eps 1e-6.
+positions -> Linear(d, C) -> mean cross-entropy, optionally label-smoothed
+(training loss only). Outside training the probabilities are
+softmax(logits / temperature). LayerNorm eps 1e-6.
+
+Hashed n-grams (model.ngram_order 2: bigrams, 3: bigrams + trigrams): the
+n-gram ending at a valid position t is ids[t-n+1..t], ids before the text
+counting as 0 (<pad>); its bucket is h mod buckets with h = 0, then
+h = h * 116049371 + id for each id in order (uint64, wrapping). The rows of
+all n-gram buckets of position t are added at position t; pads get nothing.
 
 The weights are float32 values (drawn from a seeded generator); the reference
 arithmetic runs in float64 so the stored outputs are the exact outputs of that
@@ -42,6 +55,10 @@ import torch.nn.functional as F
 
 LN_EPS = 1e-6
 PAD_ID = 0
+POSITIONS = ("sinusoidal", "learned", "none")
+NGRAM_MULTIPLIER = 116049371
+# config.json's model.ngram_hash: the hashing above, as attnctl names it (AC_NGRAM_HASH).
+NGRAM_HASH = "h=h*116049371+id (uint64, ids before the text are 0), bucket=h mod ngram_buckets"
 
 
 def sinusoid_table(max_len, d):
@@ -56,16 +73,66 @@ def sinusoid_table(max_len, d):
     return table.float().double()
 
 
-class Embed(nn.Module):
-    def __init__(self, V, d, max_len, eps):
-        super().__init__()
-        self.weight = nn.Parameter(torch.zeros(V, d))
-        self.norm = nn.LayerNorm(d, eps=eps)
-        self.register_buffer("pos", sinusoid_table(max_len, d), persistent=False)
+def ngram_bucket(gram, n_buckets):
+    """The bucket of one n-gram (a sequence of ids), by the specification's hash."""
+    h = 0
+    for i in gram:
+        h = (h * NGRAM_MULTIPLIER + int(i)) % (1 << 64)
+    return h % n_buckets
 
-    def forward(self, ids):
+
+def ngram_buckets_of(ids, lengths, order, n_buckets):
+    """[B, T, order-1] long: the bucket of the n-gram (n = 2..order) ending at
+    each valid position (0 at pads, where nothing is added)."""
+    B, T = ids.shape
+    out = torch.zeros(B, T, max(order - 1, 0), dtype=torch.long)
+    for b in range(B):
+        row = [0] * (order - 1) + [int(i) for i in ids[b, :int(lengths[b])]]
+        for t in range(int(lengths[b])):
+            for n in range(2, order + 1):
+                end = t + order - 1  # index of position t in the left-padded row
+                out[b, t, n - 2] = ngram_bucket(row[end - n + 1:end + 1], n_buckets)
+    return out
+
+
+class Table(nn.Module):
+    """A bare trained table (so that its state_dict name ends in .weight)."""
+
+    def __init__(self, rows, d):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(rows, d))
+
+
+class Embed(nn.Module):
+    def __init__(self, V, d, max_len, eps, positions="sinusoidal", ngram_order=1,
+                 ngram_buckets=0):
+        super().__init__()
+        assert positions in POSITIONS, positions
+        self.positions = positions
+        self.ngram_order = ngram_order if ngram_order >= 2 and ngram_buckets > 0 else 1
+        self.ngram_buckets = ngram_buckets
+        self.weight = nn.Parameter(torch.zeros(V, d))
+        if positions == "learned":
+            self.pos = Table(max_len, d)
+        if self.ngram_order >= 2:
+            self.ngram = Table(ngram_buckets, d)
+        self.norm = nn.LayerNorm(d, eps=eps)
+        if positions == "sinusoidal":
+            self.register_buffer("pos_table", sinusoid_table(max_len, d), persistent=False)
+
+    def forward(self, ids, lengths):
         T = ids.shape[1]
-        return self.norm(self.weight[ids] + self.pos[:T])
+        x = self.weight[ids]
+        if self.positions == "sinusoidal":
+            x = x + self.pos_table[:T]
+        elif self.positions == "learned":
+            x = x + self.pos.weight[:T]
+        if self.ngram_order >= 2:
+            buckets = ngram_buckets_of(ids, lengths, self.ngram_order, self.ngram_buckets)
+            valid = (torch.arange(T)[None, :] < lengths[:, None]).to(x.dtype)[:, :, None]
+            for n in range(self.ngram_order - 1):
+                x = x + self.ngram.weight[buckets[:, :, n]] * valid
+        return self.norm(x)
 
 
 class Attention(nn.Module):
@@ -117,18 +184,19 @@ class EncoderLayer(nn.Module):
 
 
 class Classifier(nn.Module):
-    def __init__(self, V, d, heads, ff, n_layers, C, pooling, max_len, eps=LN_EPS):
+    def __init__(self, V, d, heads, ff, n_layers, C, pooling, max_len, eps=LN_EPS,
+                 positions="sinusoidal", ngram_order=1, ngram_buckets=0):
         super().__init__()
         assert pooling in ("max", "mean", "cls"), pooling
         self.pooling = pooling
-        self.embed = Embed(V, d, max_len, eps)
+        self.embed = Embed(V, d, max_len, eps, positions, ngram_order, ngram_buckets)
         self.layers = nn.ModuleList([EncoderLayer(d, heads, ff, eps) for _ in range(n_layers)])
         self.head = nn.Linear(d, C)
 
     def forward(self, ids, lengths):
         B, T = ids.shape
         pad = torch.arange(T)[None, :] >= lengths[:, None]  # [B, T] True on pads
-        x = self.embed(ids)
+        x = self.embed(ids, lengths)
         for layer in self.layers:
             x = layer(x, pad)
         if self.pooling == "max":
@@ -141,15 +209,38 @@ class Classifier(nn.Module):
         return self.head(pooled)
 
 
-def param_names(n_layers):
-    """The parameter order the C model's table uses (state_dict names)."""
-    names = ["embed.weight", "embed.norm.weight", "embed.norm.bias"]
+def has_ngrams(ngram_order, ngram_buckets):
+    return ngram_order >= 2 and ngram_buckets > 0
+
+
+def param_names(n_layers, positions="sinusoidal", ngram_order=1, ngram_buckets=0):
+    """The parameter order the C model's table uses (state_dict names): the
+    learned position table right after embed.weight, the n-gram table last."""
+    names = ["embed.weight"]
+    if positions == "learned":
+        names.append("embed.pos.weight")
+    names += ["embed.norm.weight", "embed.norm.bias"]
     for i in range(n_layers):
         for s in ("attn.q.weight", "attn.k.weight", "attn.v.weight", "attn.out.weight",
                   "attn.out.bias", "ln1.weight", "ln1.bias", "ffn.fc1.weight", "ffn.fc1.bias",
                   "ffn.fc2.weight", "ffn.fc2.bias", "ln2.weight", "ln2.bias"):
             names.append(f"layers.{i}.{s}")
-    return names + ["head.weight", "head.bias"]
+    names += ["head.weight", "head.bias"]
+    if has_ngrams(ngram_order, ngram_buckets):
+        names.append("embed.ngram.weight")
+    return names
+
+
+def train_loss(logits, labels, smoothing=0.0):
+    """Mean cross-entropy; with label smoothing s the target is
+    (1 - s) onehot(label) + s / C, i.e. per item
+    (1 - s) * -log p_label + s * mean_c(-log p_c)."""
+    if smoothing == 0.0:
+        return F.cross_entropy(logits, labels)
+    nll = -torch.log_softmax(logits, dim=-1)
+    per_item = ((1.0 - smoothing) * nll.gather(1, labels[:, None])[:, 0]
+                + smoothing * nll.mean(dim=1))
+    return per_item.mean()
 
 
 def write_safetensors(path, tensors, metadata):
@@ -174,11 +265,15 @@ def write_safetensors(path, tensors, metadata):
     os.replace(tmp, path)
 
 
-def make_fixture(path, seed, n_layers, d, heads, ff, V, C, pooling, max_len, lengths):
+def make_fixture(path, seed, n_layers, d, heads, ff, V, C, pooling, max_len, lengths,
+                 positions="sinusoidal", ngram_order=1, ngram_buckets=0, label_smoothing=0.0,
+                 id_rows=None):
+    """id_rows: the token ids of each item (drawn at random when None)."""
     g = torch.Generator().manual_seed(seed)
     B, T = len(lengths), max(lengths)
-    model = Classifier(V, d, heads, ff, n_layers, C, pooling, max_len).double()
-    names = param_names(n_layers)
+    model = Classifier(V, d, heads, ff, n_layers, C, pooling, max_len, positions=positions,
+                       ngram_order=ngram_order, ngram_buckets=ngram_buckets).double()
+    names = param_names(n_layers, positions, ngram_order, ngram_buckets)
     params = dict(model.named_parameters())
     assert sorted(params) == sorted(names), (sorted(params), sorted(names))
 
@@ -199,7 +294,14 @@ def make_fixture(path, seed, n_layers, d, heads, ff, V, C, pooling, max_len, len
                 w = 0.1 * torch.randn(p.shape, generator=g, dtype=torch.float64)
             p.copy_(w.float().double())
 
-    ids = torch.randint(1, V, (B, T), generator=g)
+    if id_rows is None:
+        ids = torch.randint(1, V, (B, T), generator=g)
+    else:
+        assert [len(r) for r in id_rows] == list(lengths), (id_rows, lengths)
+        ids = torch.full((B, T), PAD_ID, dtype=torch.long)
+        for b, r in enumerate(id_rows):
+            assert all(1 <= i < V for i in r), r
+            ids[b, :len(r)] = torch.tensor(r)
     lens = torch.tensor(lengths)
     for b in range(B):
         ids[b, lengths[b]:] = PAD_ID
@@ -208,7 +310,7 @@ def make_fixture(path, seed, n_layers, d, heads, ff, V, C, pooling, max_len, len
     initial = {name: params[name].detach().clone() for name in names}
 
     logits = model(ids, lens)
-    loss = F.cross_entropy(logits, labels)
+    loss = train_loss(logits, labels, label_smoothing)
     model.zero_grad()
     loss.backward()
     grads = {name: params[name].grad.detach().clone() for name in names}
@@ -222,7 +324,7 @@ def make_fixture(path, seed, n_layers, d, heads, ff, V, C, pooling, max_len, len
     losses = []
     for _ in range(5):
         opt.zero_grad()
-        step_loss = F.cross_entropy(model(ids, lens), labels)
+        step_loss = train_loss(model(ids, lens), labels, label_smoothing)
         losses.append(step_loss.item())
         step_loss.backward()
         opt.step()
@@ -236,8 +338,33 @@ def make_fixture(path, seed, n_layers, d, heads, ff, V, C, pooling, max_len, len
             "pooling": pooling, "max_len": max_len, "ln_eps": LN_EPS, "seed": seed,
             "adamw": "lr=1e-2 wd=0.01 (matrices only) betas=0.9,0.999 eps=1e-8 no clip",
             "torch": torch.__version__}
+    new_features = (positions != "sinusoidal" or has_ngrams(ngram_order, ngram_buckets)
+                    or label_smoothing != 0.0)
+    if new_features:  # the older fixtures stay byte-identical without these keys
+        meta.update({"positions": positions, "ngram_order": ngram_order,
+                     "ngram_buckets": ngram_buckets, "label_smoothing": label_smoothing})
+        if has_ngrams(ngram_order, ngram_buckets):
+            meta["ngram_hash"] = NGRAM_HASH
     write_safetensors(path, tensors, meta)
     print(f"{path}: loss {loss.item():.6f}, losses_5 {[round(x, 6) for x in losses]}")
+    if has_ngrams(ngram_order, ngram_buckets):
+        buckets = ngram_buckets_of(ids, lens, ngram_order, ngram_buckets)
+        grams = {}
+        for b in range(B):
+            row = [0] * (ngram_order - 1) + ids[b, :lengths[b]].tolist()
+            for t in range(lengths[b]):
+                for n in range(2, ngram_order + 1):
+                    end = t + ngram_order - 1
+                    grams.setdefault(tuple(row[end - n + 1:end + 1]), []).append(
+                        int(buckets[b, t, n - 2]))
+        rows = {}
+        for gram, bs in grams.items():
+            rows.setdefault(bs[0], set()).add(gram)
+        uses = sum(len(bs) for bs in grams.values())
+        print(f"  n-grams: {uses} uses of {len(grams)} distinct n-grams "
+              f"({sum(len(bs) > 1 for bs in grams.values())} repeated) in {len(rows)} of "
+              f"{ngram_buckets} buckets ({sum(len(s) > 1 for s in rows.values())} shared by "
+              f"different n-grams)")
 
 
 def read_safetensors(path):
@@ -267,10 +394,26 @@ def model_dir_logits(model_dir, id_lists):
         n_vocab = sum(1 for _ in f)
     if n_vocab != mc["vocab_size"]:
         raise SystemExit(f"{model_dir}/vocab.txt: {n_vocab} tokens, config says {mc['vocab_size']}")
+    # Keys newer than the first attnctl models; absent means what those models did.
+    positions = mc.get("positions", "sinusoidal")
+    ngram_order = mc.get("ngram_order", 1)
+    ngram_buckets = mc.get("ngram_buckets", 0)
+    temperature = mc.get("temperature", 1.0)
+    if positions not in POSITIONS:
+        raise SystemExit(f"{model_dir}/config.json: model.positions {positions!r}: "
+                         f"expected one of {', '.join(POSITIONS)}")
+    if has_ngrams(ngram_order, ngram_buckets) and mc.get("ngram_hash", NGRAM_HASH) != NGRAM_HASH:
+        raise SystemExit(f"{model_dir}/config.json: model.ngram_hash {mc['ngram_hash']!r}: "
+                         f"this script knows only {NGRAM_HASH!r}")
+    if not 0 < temperature <= 1000:
+        raise SystemExit(f"{model_dir}/config.json: model.temperature {temperature}: "
+                         "expected a number in (0, 1000]")
     model = Classifier(mc["vocab_size"], mc["d_model"], mc["n_heads"], mc["d_ff"], mc["n_layers"],
-                       mc["n_classes"], mc["pooling"], mc["max_len"], eps=mc["ln_eps"]).double()
+                       mc["n_classes"], mc["pooling"], mc["max_len"], eps=mc["ln_eps"],
+                       positions=positions, ngram_order=ngram_order,
+                       ngram_buckets=ngram_buckets).double()
     weights = read_safetensors(os.path.join(model_dir, "model.safetensors"))
-    expected = set(param_names(mc["n_layers"]))
+    expected = set(param_names(mc["n_layers"], positions, ngram_order, ngram_buckets))
     if set(weights) != expected:
         raise SystemExit(f"{model_dir}/model.safetensors: tensors differ from the model: "
                          f"missing {sorted(expected - set(weights))}, "
@@ -288,33 +431,63 @@ def model_dir_logits(model_dir, id_lists):
     lengths = torch.tensor([len(seq) for seq in id_lists])
     with torch.no_grad():
         logits = model(ids, lengths)
-    return logits, torch.softmax(logits, dim=-1)
+    return logits, torch.softmax(logits / temperature, dim=-1)
 
 
 def self_check():
     """The reference model against PyTorch's own post-LN encoder layer
     (nn.TransformerEncoderLayer, norm_first=False, ReLU, key padding mask,
-    in-projection bias zero) and a differently written position table, on
-    every pooling: the outputs must agree to float64 rounding."""
+    in-projection bias zero), a differently written position table and a
+    plain per-position loop for the n-grams, on every pooling and position
+    kind; the label-smoothed loss against F.cross_entropy(label_smoothing=s)
+    and its logit gradient against (softmax - target) / B: all must agree to
+    float64 rounding."""
     g = torch.Generator().manual_seed(4321)
     V, d, H, ff, L, C, T = 30, 16, 4, 24, 2, 3, 9
     lengths = torch.tensor([9, 4, 1, 6])
     B = len(lengths)
     pad = torch.arange(T)[None, :] >= lengths[:, None]
     ids = torch.randint(1, V, (B, T), generator=g).masked_fill(pad, PAD_ID)
+    ids[0, 3:7] = ids[0, 0:4].clone()  # repeated n-grams within an item
     col = torch.arange(0, d, 2, dtype=torch.float64)
     angle = torch.arange(T, dtype=torch.float64)[:, None] / torch.pow(10000.0, col / d)[None, :]
     pos = torch.zeros(T, d, dtype=torch.float64)
     pos[:, 0::2], pos[:, 1::2] = torch.sin(angle), torch.cos(angle)
+    labels = torch.randint(0, C, (B,), generator=g)
+
+    # The hash (with ids large enough for the uint64 arithmetic to wrap)
+    # against its closed form: sum of id_k * M^(n-1-k), mod 2^64, mod buckets.
+    for _ in range(200):
+        n = int(torch.randint(2, 4, (1,), generator=g))
+        gram = torch.randint(0, 10_000_000, (n,), generator=g).tolist()
+        buckets = int(torch.randint(1, 1 << 24, (1,), generator=g))
+        closed = sum(i * NGRAM_MULTIPLIER ** (n - 1 - k) for k, i in enumerate(gram))
+        if ngram_bucket(gram, buckets) != closed % 2 ** 64 % buckets:
+            raise SystemExit(f"self-check failed: hash of {gram} mod {buckets}")
+
+    variants = [("max", "sinusoidal", 1, 0), ("mean", "sinusoidal", 1, 0),
+                ("cls", "sinusoidal", 1, 0), ("max", "none", 2, 7), ("mean", "learned", 3, 11),
+                ("cls", "learned", 2, 5)]
     worst = 0.0
-    for pooling in ("max", "mean", "cls"):
-        model = Classifier(V, d, H, ff, L, C, pooling, 12).double()
+    for pooling, positions, order, n_buckets in variants:
+        model = Classifier(V, d, H, ff, L, C, pooling, 12, positions=positions, ngram_order=order,
+                           ngram_buckets=n_buckets).double()
         with torch.no_grad():
             for name, p in model.named_parameters():
                 gain = name.endswith("weight") and p.dim() == 1
                 p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * 0.3 + gain)
-        x = F.layer_norm(model.embed.weight[ids] + pos.float().double(), (d,),
-                         model.embed.norm.weight, model.embed.norm.bias, LN_EPS)
+        x = model.embed.weight[ids].clone()
+        if positions == "sinusoidal":
+            x = x + pos.float().double()
+        elif positions == "learned":
+            x = x + model.embed.pos.weight[:T]
+        for b in range(B):
+            for t in range(int(lengths[b])):
+                for n in range(2, order + 1):
+                    gram = [int(ids[b, k]) if k >= 0 else 0 for k in range(t - n + 1, t + 1)]
+                    h = sum(i * NGRAM_MULTIPLIER ** (n - 1 - k) for k, i in enumerate(gram))
+                    x[b, t] = x[b, t] + model.embed.ngram.weight[h % 2 ** 64 % n_buckets]
+        x = F.layer_norm(x, (d,), model.embed.norm.weight, model.embed.norm.bias, LN_EPS)
         for layer in model.layers:
             ref = nn.TransformerEncoderLayer(d, H, ff, dropout=0.0, activation="relu",
                                              layer_norm_eps=LN_EPS, batch_first=True,
@@ -337,15 +510,30 @@ def self_check():
             pooled = torch.stack([x[b, :lengths[b]].mean(dim=0) for b in range(B)])
         else:
             pooled = x[:, 0]
-        diff = (model.head(pooled) - model(ids, lengths)).abs().max().item()
-        print(f"self-check {pooling} pooling: max |logit difference| {diff:.3g}")
+        logits = model(ids, lengths)
+        diff = (model.head(pooled) - logits).abs().max().item()
+        what = f"{pooling} pooling, positions {positions}, ngram_order {order}"
+        if order >= 2:
+            what += f" ({n_buckets} buckets)"
+        print(f"self-check {what}: max |logit difference| {diff:.3g}")
         worst = max(worst, diff)
+
+    # Label smoothing: the loss and its gradient with respect to the logits.
+    for s in (0.0, 0.1, 0.35):
+        z = logits.detach().clone().requires_grad_(True)
+        loss = train_loss(z, labels, s)
+        loss.backward()
+        target = (1.0 - s) * F.one_hot(labels, C).double() + s / C
+        grad_diff = (z.grad - (torch.softmax(z, dim=-1) - target) / B).abs().max().item()
+        loss_diff = abs(loss.item() - F.cross_entropy(z, labels, label_smoothing=s).item())
+        print(f"self-check label smoothing {s}: |loss difference| {loss_diff:.3g}, "
+              f"max |logit gradient difference| {grad_diff:.3g}")
+        worst = max(worst, loss_diff, grad_diff)
     if worst > 1e-10:
         raise SystemExit("self-check failed: the reference model differs from PyTorch's layers")
 
 
-def write_fixtures():
-    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+def write_fixtures(out):
     os.makedirs(out, exist_ok=True)
     make_fixture(os.path.join(out, "ref_l1_d32_max.safetensors"), seed=1234, n_layers=1, d=32,
                  heads=2, ff=128, V=50, C=2, pooling="max", max_len=16,
@@ -356,6 +544,20 @@ def write_fixtures():
     make_fixture(os.path.join(out, "ref_l2_d16_cls.safetensors"), seed=9012, n_layers=2, d=16,
                  heads=4, ff=24, V=30, C=4, pooling="cls", max_len=12,
                  lengths=[9, 3, 11, 1, 6])
+    # Learned positions, bigrams + trigrams hashed into 13 buckets (so that
+    # different n-grams share rows, and a bigram and a trigram may too), label
+    # smoothing 0.1. The ids repeat n-grams within an item and across items;
+    # the length-1 item has only the n-grams (0, id) and (0, 0, id) of the
+    # ids before the text; max_len 12 > T leaves rows of embed.pos.weight unused.
+    make_fixture(os.path.join(out, "ref_l1_d16_ngram.safetensors"), seed=3456, n_layers=1, d=16,
+                 heads=2, ff=32, V=20, C=3, pooling="mean", max_len=12,
+                 lengths=[10, 6, 1, 8, 4], positions="learned", ngram_order=3, ngram_buckets=13,
+                 label_smoothing=0.1,
+                 id_rows=[[2, 5, 7, 9, 5, 7, 9, 5, 7, 3],
+                          [2, 7, 9, 5, 11, 4],
+                          [14],
+                          [2, 13, 13, 13, 6, 5, 7, 1],
+                          [18, 17, 16, 19]])
 
 
 def main():
@@ -363,6 +565,9 @@ def main():
     parser.add_argument("--model-dir", help="an attnctl model directory to run instead")
     parser.add_argument("--ids", action="append", default=[],
                         help='token ids of one sequence, e.g. "2 57 9" (repeat for a batch)')
+    here = os.path.dirname(os.path.abspath(__file__))
+    parser.add_argument("--out-dir", default=os.path.join(here, "fixtures"),
+                        help="where the fixtures go (default: tests/fixtures next to this script)")
     parser.add_argument("--self-check", action="store_true",
                         help="compare the reference model with torch.nn.TransformerEncoderLayer")
     args = parser.parse_args()
@@ -372,7 +577,7 @@ def main():
     if not args.model_dir:
         if args.ids:
             parser.error("--ids needs --model-dir")
-        write_fixtures()
+        write_fixtures(args.out_dir)
         return
     if not args.ids:
         parser.error("--model-dir needs at least one --ids")

@@ -5,7 +5,13 @@
  * compares logits, loss, every parameter gradient and the losses of 5 AdamW
  * steps. Tolerances (issue 2): logits and loss within 1e-5 absolute, each
  * gradient tensor within 1e-4 of its largest magnitude, 5-step losses within
- * 1e-4. The largest differences are printed. Run from the repository root. */
+ * 1e-4. The largest differences are printed. Run from the repository root.
+ *
+ * Fixtures written before learned positions, hashed n-grams and label
+ * smoothing have no metadata for them and mean: sinusoidal positions, no
+ * n-grams, plain cross-entropy. The forwards that a backward follows run with
+ * train = 1 (dropout is 0, so nothing is random) so that the training loss,
+ * label smoothing included, is the one compared. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -16,7 +22,9 @@
 
 #include "attnctl/io.h"
 #include "attnctl/model.h"
+#include "attnctl/nn.h"
 #include "attnctl/optim.h"
+#include "attnctl/rng.h"
 
 #define FIXTURE_DIR "tests/fixtures/"
 #define LOGIT_TOL 1e-5
@@ -32,13 +40,20 @@ typedef struct {
     int32_t *ids, *lengths, *labels;
 } fixture;
 
-static const char *meta_get(const ac_safetensors *st, const char *key)
+/* The metadata value of key, or NULL when the fixture has none. */
+static const char *meta_find(const ac_safetensors *st, const char *key)
 {
     for (int i = 0; i < st->n_meta; i++)
         if (strcmp(st->meta_keys[i], key) == 0)
             return st->meta_values[i];
-    ck_abort_msg("fixture metadata has no key %s", key);
     return NULL;
+}
+
+static const char *meta_get(const ac_safetensors *st, const char *key)
+{
+    const char *v = meta_find(st, key);
+    ck_assert_msg(v != NULL, "fixture metadata has no key %s", key);
+    return v;
 }
 
 static int meta_int(const ac_safetensors *st, const char *key)
@@ -94,11 +109,29 @@ static void fixture_load(fixture *fx, const char *file)
         .n_classes = meta_int(st, "C"),
         .dropout = 0.0f,
         .ln_eps = (float)atof(meta_get(st, "ln_eps")),
+        .positions = AC_POS_SINUSOIDAL,
+        .ngram_order = 1,
+        .ngram_buckets = 0,
+        .temperature = 1.0f,
     };
     ck_assert_int_eq(ac_pooling_parse(meta_get(st, "pooling"), &cfg.pooling), 0);
+    const char *v;
+    if ((v = meta_find(st, "positions")) != NULL)
+        ck_assert_msg(ac_positions_parse(v, &cfg.positions) == 0, "%s: positions %s", file, v);
+    if ((v = meta_find(st, "ngram_order")) != NULL)
+        cfg.ngram_order = atoi(v);
+    if ((v = meta_find(st, "ngram_buckets")) != NULL)
+        cfg.ngram_buckets = atoi(v);
+    if ((v = meta_find(st, "ngram_hash")) != NULL)
+        ck_assert_msg(strcmp(v, AC_NGRAM_HASH) == 0,
+                      "%s: n-gram hash \"%s\", the model's is \"%s\"", file, v, AC_NGRAM_HASH);
+    float smoothing = 0.0f;
+    if ((v = meta_find(st, "label_smoothing")) != NULL)
+        smoothing = (float)atof(v);
     ck_assert_msg(ac_model_create(&fx->model, &cfg, &err) == 0, "%s", err.msg);
 
     ac_model *m = &fx->model;
+    m->label_smoothing = smoothing;
     int n_param_tensors = 0;
     for (int i = 0; i < st->n; i++)
         n_param_tensors += strncmp(st->tensors[i].name, "param.", 6) == 0;
@@ -169,9 +202,10 @@ static void check_fixture(const char *file)
     }
     ck_assert_msg(padded > 0 && B >= 2 && C >= 2, "%s: fixture without padding", file);
 
-    /* Forward: logits and loss (no dropout; maps kept as a backward follows). */
+    /* Forward: logits and the training loss (train = 1 for label smoothing;
+     * dropout is 0, so nothing random happens; maps kept as a backward follows). */
     m->keep_attention = 1;
-    float loss = ac_model_forward(m, fx.ids, fx.lengths, fx.labels, B, T, 0, 0);
+    float loss = ac_model_forward(m, fx.ids, fx.lengths, fx.labels, B, T, 1, 0);
     const float *ref_logits = tensor_f32(&fx.st, "logits", (size_t)B * C, NULL);
     const float *ref_loss = tensor_f32(&fx.st, "loss", 1, NULL);
     double logit_diff = 0.0;
@@ -238,7 +272,7 @@ static void check_fixture(const char *file)
     double step_diff = 0.0;
     float step_losses[ADAMW_STEPS];
     for (int s = 0; s < ADAMW_STEPS; s++) {
-        step_losses[s] = ac_model_forward(m, fx.ids, fx.lengths, fx.labels, B, T, 0, 0);
+        step_losses[s] = ac_model_forward(m, fx.ids, fx.lengths, fx.labels, B, T, 1, 0);
         step_diff = fmax(step_diff, fabs((double)step_losses[s] - ref_losses[s]));
         ac_model_zero_grad(m);
         ac_model_backward(m);
@@ -251,6 +285,11 @@ static void check_fixture(const char *file)
     printf("%s: B %d T %d lengths", file, B, T);
     for (int b = 0; b < B; b++)
         printf(" %d", fx.lengths[b]);
+    if (m->cfg.positions != AC_POS_SINUSOIDAL || ac_model_has_ngrams(&m->cfg) ||
+        m->label_smoothing != 0.0f)
+        printf("; positions %s, ngram_order %d, %d buckets (%d touched), label smoothing %g",
+               ac_positions_name(m->cfg.positions), m->cfg.ngram_order, m->cfg.ngram_buckets,
+               m->n_ngram_rows, (double)m->label_smoothing);
     printf("; logits max|diff| %.3g, loss %.8f vs %.8f (|diff| %.3g), 5-step losses max|diff| %.3g\n",
            logit_diff, (double)loss, (double)ref_loss[0], loss_diff, step_diff);
     printf("  gradients: worst %s at %.3g of its max |g|\n", worst_name, worst_rel);
@@ -285,6 +324,62 @@ END_TEST
 START_TEST(test_fixture_l2_d16_cls)
 {
     check_fixture("ref_l2_d16_cls.safetensors");
+}
+END_TEST
+
+/* Learned positions, bigrams + trigrams in 13 buckets, label smoothing 0.1. */
+START_TEST(test_fixture_l1_d16_ngram)
+{
+    check_fixture("ref_l1_d16_ngram.safetensors");
+}
+END_TEST
+
+/* The n-gram fixture really tests its features: a used n-gram row and a used
+ * learned position change the logits, and without label smoothing (train = 0)
+ * the loss is not the fixture's. Guards against a loader that drops them. */
+START_TEST(test_ngram_fixture_features_matter)
+{
+    fixture fx;
+    fixture_load(&fx, "ref_l1_d16_ngram.safetensors");
+    ac_model *m = &fx.model;
+    ck_assert(ac_model_has_ngrams(&m->cfg) && m->cfg.ngram_order == 3);
+    ck_assert_int_eq(m->cfg.positions, AC_POS_LEARNED);
+    ck_assert(m->label_smoothing > 0.0f);
+    const int C = m->cfg.n_classes;
+    const float *ref = tensor_f32(&fx.st, "logits", (size_t)fx.B * C, NULL);
+    const float *ref_loss = tensor_f32(&fx.st, "loss", 1, NULL);
+
+    float plain = ac_model_forward(m, fx.ids, fx.lengths, fx.labels, fx.B, fx.T, 0, 0);
+    ck_assert_msg(fabs((double)plain - ref_loss[0]) > 10 * LOSS_TOL,
+                  "the loss without label smoothing %.8f is the fixture's %.8f", (double)plain,
+                  (double)ref_loss[0]);
+
+    /* The bucket of the trigram ending at position 2 of item 0, and position 1. */
+    const char *perturbed[] = {"embed.ngram.weight", "embed.pos.weight"};
+    for (int k = 0; k < 2; k++) {
+        int t = ac_model_find_tensor(m, perturbed[k]);
+        ck_assert_int_ge(t, 0);
+        size_t row;
+        if (k == 0) {
+            uint64_t h = 0;
+            for (int i = 0; i < 3; i++)
+                h = h * 116049371u + (uint64_t)fx.ids[i];
+            row = (size_t)(h % (uint64_t)m->cfg.ngram_buckets);
+        } else {
+            row = 1;
+        }
+        float *w = m->params + m->table[t].offset + row * (size_t)m->cfg.d_model + 3;
+        const float saved = *w;
+        *w += 0.01f;
+        ac_model_forward(m, fx.ids, fx.lengths, fx.labels, fx.B, fx.T, 1, 0);
+        double diff = 0.0;
+        for (int i = 0; i < fx.B * C; i++)
+            diff = fmax(diff, fabs((double)m->act.logits[i] - ref[i]));
+        ck_assert_msg(diff > 10 * LOGIT_TOL, "%s row %zu changed the logits by only %.3g",
+                      perturbed[k], row, diff);
+        *w = saved;
+    }
+    fixture_free(&fx);
 }
 END_TEST
 
@@ -366,8 +461,13 @@ static void write_model_dir(const char *dir, const ac_model *m)
     ac_vocab_free(&vocab);
 }
 
-/* tests/make_fixture.py --model-dir reproduces the C model's logits from the
- * saved directory (pads, a length-1 sequence and the full max_len included). */
+/* tests/make_fixture.py --model-dir reproduces the C model's logits and
+ * probabilities from the saved directory (pads, a length-1 sequence and the
+ * full max_len included), over the input features and the temperature:
+ *   max pooling:  no positions, bigrams in 7 buckets;
+ *   mean pooling: learned positions, bigrams + trigrams in 11 buckets, ids
+ *                 from 1450 up (the uint64 hash wraps), temperature 1.7;
+ *   cls pooling:  sinusoidal positions, no n-grams. */
 START_TEST(test_pytorch_reproduces_a_model_dir)
 {
     const char *py = python_with_torch();
@@ -375,12 +475,25 @@ START_TEST(test_pytorch_reproduces_a_model_dir)
         printf("SKIP test_pytorch_reproduces_a_model_dir: no python3 with torch\n");
         return;
     }
-    static const char *const poolings[] = {"max", "mean", "cls"};
+    static const struct {
+        const char *pooling;
+        ac_positions positions;
+        int ngram_order, ngram_buckets, vocab_size;
+        float temperature;
+    } variants[] = {
+        {"max", AC_POS_NONE, 2, 7, 23, 1.0f},
+        {"mean", AC_POS_LEARNED, 3, 11, 1500, 1.7f},
+        {"cls", AC_POS_SINUSOIDAL, 1, 0, 23, 1.0f},
+    };
     for (int pi = 0; pi < 3; pi++) {
-        ac_model_config cfg = {.vocab_size = 23, .max_len = 9, .d_model = 12, .n_heads = 3,
-                               .d_ff = 20, .n_layers = 2, .n_classes = 3, .dropout = 0.1f,
-                               .ln_eps = 1e-6f};
-        ck_assert_int_eq(ac_pooling_parse(poolings[pi], &cfg.pooling), 0);
+        ac_model_config cfg = {.vocab_size = variants[pi].vocab_size, .max_len = 9,
+                               .d_model = 12, .n_heads = 3, .d_ff = 20, .n_layers = 2,
+                               .n_classes = 3, .dropout = 0.1f, .ln_eps = 1e-6f,
+                               .positions = variants[pi].positions,
+                               .ngram_order = variants[pi].ngram_order,
+                               .ngram_buckets = variants[pi].ngram_buckets,
+                               .temperature = variants[pi].temperature};
+        ck_assert_int_eq(ac_pooling_parse(variants[pi].pooling, &cfg.pooling), 0);
         ac_model m;
         ac_err err;
         ck_assert_msg(ac_model_create(&m, &cfg, &err) == 0, "%s", err.msg);
@@ -392,13 +505,23 @@ START_TEST(test_pytorch_reproduces_a_model_dir)
             if (m.table[t].ndim == 1)
                 for (size_t j = 0; j < m.table[t].numel; j++)
                     m.params[m.table[t].offset + j] += 0.05f * (float)((j * 7 + (size_t)t) % 5);
+        /* The n-gram table starts at zero (a no-op): give it values of the
+         * scale of the token embeddings. */
+        int ngram = ac_model_find_tensor(&m, "embed.ngram.weight");
+        ck_assert_int_eq(ngram >= 0, ac_model_has_ngrams(&cfg));
+        if (ngram >= 0)
+            for (size_t j = 0; j < m.table[ngram].numel; j++)
+                m.params[m.table[ngram].offset + j] = 0.3f * ac_rng_normal(ac_rng_key(99, 0), j);
 
         enum { B = 3, T = 9 };
         const int32_t lengths[B] = {5, 1, 9};
         int32_t ids[B * T] = {0};
         for (int b = 0; b < B; b++)
-            for (int t = 0; t < lengths[b]; t++)
+            for (int t = 0; t < lengths[b]; t++) {
                 ids[b * T + t] = t == 0 ? 2 : 1 + (b * 5 + t * 3) % 22;
+                if (cfg.vocab_size >= 1500 && t % 3 == 1) /* ids * 116049371^2 >= 2^64 */
+                    ids[b * T + t] = 1450 + (b * 7 + t) % 49;
+            }
         ck_assert_msg(ac_model_alloc_activations(&m, B, T, &err) == 0, "%s", err.msg);
         ac_model_forward(&m, ids, lengths, NULL, B, T, 0, 0);
 
@@ -438,11 +561,46 @@ START_TEST(test_pytorch_reproduces_a_model_dir)
             worst = fmax(worst, fabs(v - m.act.logits[i]));
             spread = fmax(spread, fabs(v));
         }
-        printf("model dir (%s pooling): PyTorch logits max|diff| %.3g (max |logit| %.3g)\n",
-               poolings[pi], worst, spread);
+        /* Probabilities: softmax(logits / temperature) on both sides; and,
+         * with a temperature other than 1, not the plain softmax. */
+        p = strstr(buf, "\"probabilities\"");
+        ck_assert_ptr_nonnull(p);
+        p += strlen("\"probabilities\"");
+        double worst_prob = 0.0, from_plain = 0.0;
+        for (int b = 0; b < B; b++) {
+            const float *z = m.act.logits + (size_t)b * cfg.n_classes;
+            double zmax = z[0], sum = 0.0;
+            for (int c = 1; c < cfg.n_classes; c++)
+                zmax = fmax(zmax, z[c]);
+            for (int c = 0; c < cfg.n_classes; c++)
+                sum += exp(z[c] - zmax);
+            for (int c = 0; c < cfg.n_classes; c++) {
+                while (*p && !(*p == '-' || (*p >= '0' && *p <= '9')))
+                    p++;
+                char *end;
+                double v = strtod(p, &end);
+                ck_assert_msg(end != p, "cannot read probability %d,%d from %s", b, c, buf);
+                p = end;
+                worst_prob = fmax(worst_prob,
+                                  fabs(v - m.act.probs_out[(size_t)b * cfg.n_classes + c]));
+                from_plain = fmax(from_plain, fabs(v - exp(z[c] - zmax) / sum));
+            }
+        }
+        printf("model dir (%s pooling, positions %s, ngram_order %d, %d buckets, temperature "
+               "%g): PyTorch logits max|diff| %.3g (max |logit| %.3g), probabilities max|diff| "
+               "%.3g\n",
+               variants[pi].pooling, ac_positions_name(cfg.positions), cfg.ngram_order,
+               cfg.ngram_buckets, (double)cfg.temperature, worst, spread, worst_prob);
         ck_assert_msg(spread > 0.1, "logits too small to compare");
         ck_assert_msg(worst <= LOGIT_TOL * fmax(1.0, spread), "%s pooling: logits differ by %.3g",
-                      poolings[pi], worst);
+                      variants[pi].pooling, worst);
+        /* |d softmax(z / temp)| <= max |dz| / (2 temp): the logits' bound holds for them. */
+        ck_assert_msg(worst_prob <= LOGIT_TOL * fmax(1.0, spread),
+                      "%s pooling: probabilities differ by %.3g", variants[pi].pooling, worst_prob);
+        if (cfg.temperature != 1.0f)
+            ck_assert_msg(from_plain > 1e-3,
+                          "temperature %g: probabilities within %.3g of the plain softmax",
+                          (double)cfg.temperature, from_plain);
 
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir); /* a mkdtemp name: no quotes inside */
         ck_assert_int_eq(system(cmd), 0);
@@ -459,6 +617,8 @@ static Suite *fixture_suite(void)
     tcase_add_test(tc, test_fixture_l1_d32_max);
     tcase_add_test(tc, test_fixture_l2_d24_mean);
     tcase_add_test(tc, test_fixture_l2_d16_cls);
+    tcase_add_test(tc, test_fixture_l1_d16_ngram);
+    tcase_add_test(tc, test_ngram_fixture_features_matter);
     tcase_add_test(tc, test_fixture_detects_a_wrong_weight);
     tcase_add_test(tc, test_pytorch_reproduces_a_model_dir);
     suite_add_tcase(s, tc);
