@@ -1,9 +1,11 @@
-/* Metrics on hand-computed cases; calibration figures and the temperature fit. */
+/* Metrics on hand-computed cases; calibration figures, the temperature fit
+ * and the reliability diagram. */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../src/train/curves.h"
 #include "attnctl/metrics.h"
 #include "attnctl/rng.h"
 
@@ -524,6 +526,74 @@ START_TEST(test_temperature_errors)
 }
 END_TEST
 
+/* -------------------------------------------------------- reliability SVG */
+
+static int count_substr(const char *s, const char *sub)
+{
+    int n = 0;
+    for (const char *p = strstr(s, sub); p; p = strstr(p + 1, sub))
+        n++;
+    return n;
+}
+
+static void assert_svg_document(const char *svg)
+{
+    ck_assert_ptr_nonnull(svg);
+    ck_assert_msg(strncmp(svg, "<svg", 4) == 0, "starts with %.20s", svg);
+    size_t n = strlen(svg);
+    ck_assert(n >= 7 && strcmp(svg + n - 7, "</svg>\n") == 0);
+    ck_assert_int_eq(count_substr(svg, "<svg"), 1);
+    ck_assert_int_eq(count_substr(svg, "<g"), count_substr(svg, "</g>"));
+    ck_assert_int_eq(count_substr(svg, "<text"), count_substr(svg, "</text>"));
+}
+
+START_TEST(test_calibration_svg)
+{
+    ac_metrics m;
+    ck_assert_int_eq(ac_metrics_init(&m, 2, 0, NULL), 0);
+    add_two_bins(&m);
+    ac_reliability r;
+    ck_assert_int_eq(ac_metrics_reliability(&m, &r, NULL), 0);
+    char *svg = ac_calibration_svg(&r, ac_metrics_ece(&m), (long)m.count, "Validation <ep 3> & co");
+    assert_svg_document(svg);
+    ck_assert_ptr_nonnull(strstr(svg, "ECE 0.3125"));
+    ck_assert_ptr_nonnull(strstr(svg, "N = 8"));
+    ck_assert_ptr_nonnull(strstr(svg, "Validation &lt;ep 3&gt; &amp; co"));
+    ck_assert_ptr_null(strstr(svg, "<ep 3>"));
+    /* one bar per non-empty bin, each with its figures */
+    ck_assert_int_eq(count_substr(svg, "<title>confidence ("), 2);
+    ck_assert_ptr_nonnull(strstr(svg, "6 examples, accuracy 0.5000, mean confidence 0.7500"));
+    ck_assert_ptr_nonnull(strstr(svg, "2 examples, accuracy 1.0000, mean confidence 0.5000"));
+    ck_assert_ptr_nonnull(strstr(svg, "perfect calibration"));
+    ck_assert_ptr_null(strstr(svg, "no data"));
+    /* the fuller bin is darker: its blue channel is lower in the shading */
+    const char *six = strstr(svg, "6 examples"), *two = strstr(svg, "2 examples");
+    const char *fill6 = six, *fill2 = two;
+    while (fill6 > svg && strncmp(fill6, "fill=\"#", 7) != 0)
+        fill6--;
+    while (fill2 > svg && strncmp(fill2, "fill=\"#", 7) != 0)
+        fill2--;
+    ck_assert(strtol(fill6 + 7, NULL, 16) < strtol(fill2 + 7, NULL, 16));
+    free(svg);
+
+    /* no data: still a document, saying so */
+    char *empty = ac_calibration_svg(NULL, NAN, 0, NULL);
+    assert_svg_document(empty);
+    ck_assert_ptr_nonnull(strstr(empty, "no data"));
+    ck_assert_ptr_nonnull(strstr(empty, "ECE n/a"));
+    ck_assert_ptr_nonnull(strstr(empty, "N = 0"));
+    free(empty);
+    ac_metrics_reset(&m);
+    ck_assert_int_eq(ac_metrics_reliability(&m, &r, NULL), 0);
+    empty = ac_calibration_svg(&r, ac_metrics_ece(&m), 0, "Empty");
+    assert_svg_document(empty);
+    ck_assert_ptr_nonnull(strstr(empty, "no data"));
+    ck_assert_ptr_nonnull(strstr(empty, "ECE 0.0000"));
+    free(empty);
+    ac_metrics_free(&m);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("metrics");
@@ -548,6 +618,7 @@ int main(void)
     tcase_add_test(calibration, test_temperature_nll_by_hand);
     tcase_add_test(calibration, test_temperature_edge_cases);
     tcase_add_test(calibration, test_temperature_errors);
+    tcase_add_test(calibration, test_calibration_svg);
     suite_add_tcase(s, calibration);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -1,9 +1,12 @@
 /* Internal to src/train: one evaluation of a run, as logged in metrics.jsonl,
- * and the learning-curve SVG drawn from them; and the SVG helpers. */
+ * and the learning-curve SVG drawn from them; the reliability diagram; and
+ * the SVG helpers both drawings share. */
 #ifndef ATTNCTL_TRAIN_CURVES_H
 #define ATTNCTL_TRAIN_CURVES_H
 
 #include <stddef.h>
+
+#include "attnctl/metrics.h"
 
 typedef struct {
     long step;
@@ -20,6 +23,16 @@ typedef struct {
  * training and validation loss, and validation accuracy, against step.
  * Returns a malloc'd string, or NULL when out of memory. n may be 0. */
 char *ac_curves_svg(const ac_metric_point *pts, int n);
+
+/* A self-contained SVG reliability diagram (starts with "<svg", ends with
+ * "</svg>\n"): for each confidence bin of r a bar at the bin's accuracy,
+ * shaded by its number of examples (log scale, with a legend), a mark at its
+ * mean confidence, the diagonal of perfect calibration, and a title
+ * "TITLE (ECE 0.0123, N = 456)" (title NULL: "Reliability"; valid UTF-8; an
+ * ECE that is not finite reads "n/a"). With n == 0, r NULL or every bin
+ * empty, the plot says "no data". Returns a malloc'd string, or NULL when
+ * out of memory. */
+char *ac_calibration_svg(const ac_reliability *r, double ece, long n, const char *title);
 
 /* ---- SVG helpers shared by svg_curves.c and svg_calibration.c ---- */
 
