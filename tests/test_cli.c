@@ -293,6 +293,21 @@ static void free_sample(sample_rows *s)
 
 /* ------------------------------------------------------------------- eval */
 
+/* The number on the line of the table that starts with `name` and a space. */
+static double table_figure(const char *out, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *line = out; line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
+        if (strncmp(line, name, n) == 0 && line[n] == ' ') {
+            double x = NAN;
+            ck_assert_msg(sscanf(line + n, "%lf", &x) == 1, "no number on the '%s' line", name);
+            return x;
+        }
+    }
+    ck_abort_msg("no '%s' line in:\n%s", name, out);
+    return NAN;
+}
+
 START_TEST(test_eval_table)
 {
     char model[512];
@@ -306,6 +321,19 @@ START_TEST(test_eval_table)
     ck_assert_ptr_nonnull(strstr(r.out, "confusion matrix (rows = true, columns = predicted)"));
     ck_assert_ptr_nonnull(strstr(r.out, "negative"));
     ck_assert_ptr_nonnull(strstr(r.out, "200 rows"));
+    /* calibration lines right after the mean loss, 4 decimals */
+    const char *loss_line = strstr(r.out, "\nmean loss  ");
+    ck_assert_ptr_nonnull(loss_line);
+    const char *ece_line = strchr(loss_line + 1, '\n') + 1;
+    ck_assert_msg(strncmp(ece_line, "ECE        0.", 13) == 0 ||
+                      strncmp(ece_line, "ECE        1.", 13) == 0,
+                  "after the mean loss: %.40s", ece_line);
+    ck_assert_msg(strncmp(strchr(ece_line, '\n') + 1, "Brier      ", 11) == 0, "%.40s",
+                  strchr(ece_line, '\n') + 1);
+    double ece = table_figure(r.out, "ECE"), brier = table_figure(r.out, "Brier");
+    ck_assert_msg(ece >= 0 && ece <= 1, "ECE %g", ece);
+    ck_assert_msg(brier >= 0 && brier <= 1, "Brier %g", brier);
+    ck_assert_msg(table_figure(r.out, "accuracy") > 0, "the other figures are still there");
     ck_assert_str_eq(r.err, "");
     result_free(&r);
 }
@@ -336,6 +364,11 @@ START_TEST(test_eval_json)
     double f1 = json_num(o, "macro_f1");
     ck_assert(acc >= 0 && acc <= 1 && auc >= 0 && auc <= 1 && f1 >= 0 && f1 <= 1);
     ck_assert(loss > 0 && isfinite(loss));
+    double ece = json_num(o, "ece"), brier = json_num(o, "brier");
+    ck_assert_msg(ece >= 0 && ece <= 1, "ece %g", ece);
+    ck_assert_msg(brier >= 0 && brier <= 1, "brier %g", brier);
+    /* with accuracy above 0.7 the binary Brier score is well below that of a coin (0.25) */
+    ck_assert_msg(brier < 0.25, "brier %g", brier);
     ck_assert(json_num(o, "seconds") >= 0);
     /* The sample is easy: even a tiny model should beat chance clearly. */
     ck_assert_msg(acc > 0.7, "accuracy %.3f", acc);
@@ -619,6 +652,9 @@ START_TEST(test_predict_matches_eval)
     ck_assert_int_eq(split_lines(r1.out, lines, SAMPLE_TEST_ROWS + 1), SAMPLE_TEST_ROWS);
     ck_assert_int_eq(split_lines(r7.out, lines7, SAMPLE_TEST_ROWS + 1), SAMPLE_TEST_ROWS);
     int correct = 0;
+    /* ECE and Brier recomputed from the printed probabilities (6 decimals) */
+    int64_t bin_count[15] = {0}, bin_correct[15] = {0};
+    double bin_confidence[15] = {0}, brier_sum = 0;
     for (int i = 0; i < SAMPLE_TEST_ROWS; i++) {
         cJSON *o = cJSON_Parse(lines[i]), *o7 = cJSON_Parse(lines7[i]);
         ck_assert_ptr_nonnull(o);
@@ -627,15 +663,30 @@ START_TEST(test_predict_matches_eval)
         ck_assert_str_eq(label, cJSON_GetObjectItem(o7, "label")->valuestring);
         ck_assert_double_eq_tol(json_num(o, "probability"), json_num(o7, "probability"), 2e-6);
         correct += strcmp(label, s.labels[i]) == 0;
+        double confidence = json_num(o, "probability");
+        int bin = (int)ceil(confidence * 15) - 1;
+        bin = bin < 0 ? 0 : bin > 14 ? 14 : bin;
+        bin_count[bin]++;
+        bin_correct[bin] += strcmp(label, s.labels[i]) == 0;
+        bin_confidence[bin] += confidence;
+        double p_positive = json_num(cJSON_GetObjectItem(o, "probabilities"), "positive");
+        double miss = p_positive - (strcmp(s.labels[i], "positive") == 0);
+        brier_sum += miss * miss;
         cJSON_Delete(o);
         cJSON_Delete(o7);
     }
+    double expected_ece = 0;
+    for (int b = 0; b < 15; b++)
+        if (bin_count[b])
+            expected_ece += fabs((double)bin_correct[b] - bin_confidence[b]) / SAMPLE_TEST_ROWS;
     const char *ev[] = {"eval", "--model", model, SAMPLE_TEST, "--json", NULL};
     result re = run(ev);
     ck_assert_int_eq(re.status, 0);
     cJSON *o = cJSON_Parse(re.out);
     ck_assert_ptr_nonnull(o);
     ck_assert_double_eq_tol(json_num(o, "accuracy"), correct / (double)SAMPLE_TEST_ROWS, 1e-12);
+    ck_assert_double_eq_tol(json_num(o, "brier"), brier_sum / SAMPLE_TEST_ROWS, 1e-5);
+    ck_assert_double_eq_tol(json_num(o, "ece"), expected_ece, 1e-5);
     cJSON_Delete(o);
     result_free(&re);
     result_free(&r1);

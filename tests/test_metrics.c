@@ -1,10 +1,13 @@
-/* Metrics on hand-computed cases. */
+/* Metrics on hand-computed cases; calibration figures, the temperature fit
+ * and the reliability diagram. */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../src/train/curves.h"
 #include "attnctl/metrics.h"
+#include "attnctl/rng.h"
 
 #define EPS 1e-12
 
@@ -218,6 +221,379 @@ START_TEST(test_argmax)
 }
 END_TEST
 
+/* ------------------------------------------------------------ calibration */
+
+START_TEST(test_ece_confident_and_right)
+{
+    /* Ten examples, all predicted right with probability 0.95: one bin (the
+     * last), accuracy 1, confidence 0.95, so ECE = 0.05; Brier = 0.05^2. */
+    ac_metrics m;
+    ck_assert_int_eq(ac_metrics_init(&m, 2, 0, NULL), 0);
+    for (int i = 0; i < 10; i++) {
+        int truth = i % 2;
+        float probs[2] = {truth ? 0.05f : 0.95f, truth ? 0.95f : 0.05f};
+        ck_assert_int_eq(ac_metrics_add(&m, truth, truth, probs, 0, NULL), 0);
+    }
+    ck_assert_double_eq_tol(ac_metrics_ece(&m), 0.05, 1e-7);
+    ck_assert_double_eq_tol(ac_metrics_brier(&m), 0.0025, 1e-8);
+    ac_reliability r;
+    ck_assert_int_eq(ac_metrics_reliability(&m, &r, NULL), 0);
+    ck_assert_int_eq(r.count[AC_CALIBRATION_BINS - 1], 10);
+    ck_assert_double_eq_tol(r.accuracy[AC_CALIBRATION_BINS - 1], 1.0, EPS);
+    ck_assert_double_eq_tol(r.confidence[AC_CALIBRATION_BINS - 1], 0.95, 1e-7);
+    for (int b = 0; b < AC_CALIBRATION_BINS - 1; b++) {
+        ck_assert_int_eq(r.count[b], 0);
+        ck_assert(isnan(r.accuracy[b]) && isnan(r.confidence[b]));
+    }
+    ac_metrics_free(&m);
+}
+END_TEST
+
+/* The two-bin case of the SVG test too: 6 examples at confidence 0.75
+ * (bin 11 of 15), 3 of them right; 2 at confidence 0.5 (bin 7), both right.
+ * ECE = 6/8 * |0.5 - 0.75| + 2/8 * |1 - 0.5| = 0.1875 + 0.125 = 0.3125. */
+static void add_two_bins(ac_metrics *m)
+{
+    for (int i = 0; i < 6; i++) {
+        float probs[2] = {0.25f, 0.75f};
+        int truth = i < 3 ? 1 : 0;
+        ck_assert_int_eq(ac_metrics_add(m, truth, 1, probs, 0, NULL), 0);
+    }
+    for (int i = 0; i < 2; i++) {
+        float probs[2] = {0.5f, 0.5f};
+        ck_assert_int_eq(ac_metrics_add(m, 0, 0, probs, 0, NULL), 0);
+    }
+}
+
+START_TEST(test_ece_two_bins)
+{
+    ac_metrics m;
+    ck_assert_int_eq(ac_metrics_init(&m, 2, 0, NULL), 0);
+    add_two_bins(&m);
+    ck_assert_double_eq_tol(ac_metrics_ece(&m), 0.3125, EPS);
+    /* Brier: 3 x 0.25^2 + 3 x 0.75^2 + 2 x 0.5^2, over 8 */
+    ck_assert_double_eq_tol(ac_metrics_brier(&m), (3 * 0.0625 + 3 * 0.5625 + 2 * 0.25) / 8, EPS);
+    ac_reliability r;
+    ck_assert_int_eq(ac_metrics_reliability(&m, &r, NULL), 0);
+    int64_t total = 0;
+    for (int b = 0; b < AC_CALIBRATION_BINS; b++)
+        total += r.count[b];
+    ck_assert_int_eq(total, 8);
+    ck_assert_int_eq(r.count[11], 6);
+    ck_assert_double_eq_tol(r.accuracy[11], 0.5, EPS);
+    ck_assert_double_eq_tol(r.confidence[11], 0.75, EPS);
+    ck_assert_int_eq(r.count[7], 2);
+    ck_assert_double_eq_tol(r.accuracy[7], 1.0, EPS);
+    ck_assert_double_eq_tol(r.confidence[7], 0.5, EPS);
+    /* reset forgets the calibration sums too */
+    ac_metrics_reset(&m);
+    ck_assert_double_eq_tol(ac_metrics_ece(&m), 0.0, EPS);
+    ck_assert_double_eq_tol(ac_metrics_brier(&m), 0.0, EPS);
+    ck_assert_int_eq(ac_metrics_reliability(&m, &r, NULL), 0);
+    for (int b = 0; b < AC_CALIBRATION_BINS; b++)
+        ck_assert_int_eq(r.count[b], 0);
+    ac_metrics_free(&m);
+}
+END_TEST
+
+START_TEST(test_calibration_bin_edges)
+{
+    /* Bin i holds (i/15, (i+1)/15]. 0.6f is a little above 9/15, the float
+     * below it a little below: bins 9 and 8 (float arithmetic would round
+     * 0.6f * 15 to 9 and put both in bin 8). 1 goes to the last bin. */
+    ac_metrics m;
+    ck_assert_int_eq(ac_metrics_init(&m, 3, 0, NULL), 0);
+    float above[3] = {0.6f, 0.2f, 0.2f};
+    float below[3] = {nextafterf(0.6f, 0.0f), 0.2f, 0.2f};
+    float one[3] = {0.0f, 1.0f, 0.0f};
+    float third[3] = {0.34f, 0.33f, 0.33f}; /* 0.34 * 15 = 5.1: bin 5 */
+    ck_assert_int_eq(ac_metrics_add(&m, 0, 0, above, 0, NULL), 0);
+    ck_assert_int_eq(ac_metrics_add(&m, 0, 0, below, 0, NULL), 0);
+    ck_assert_int_eq(ac_metrics_add(&m, 1, 1, one, 0, NULL), 0);
+    ck_assert_int_eq(ac_metrics_add(&m, 2, 0, third, 0, NULL), 0);
+    ac_reliability r;
+    ck_assert_int_eq(ac_metrics_reliability(&m, &r, NULL), 0);
+    ck_assert_int_eq(r.count[9], 1);
+    ck_assert_int_eq(r.count[8], 1);
+    ck_assert_int_eq(r.count[14], 1);
+    ck_assert_int_eq(r.count[5], 1);
+    ck_assert_double_eq_tol(r.accuracy[5], 0.0, EPS);
+    ac_metrics_free(&m);
+}
+END_TEST
+
+START_TEST(test_correct_means_predicted_class)
+{
+    /* A thresholded prediction: class 0 predicted (and right) although
+     * p_1 = 0.7. Confidence is still the largest probability, 0.7, and the
+     * example counts as right: ECE = |1 - 0.7|. */
+    ac_metrics m;
+    ck_assert_int_eq(ac_metrics_init(&m, 2, 0, NULL), 0);
+    float probs[2] = {0.3f, 0.7f};
+    ck_assert_int_eq(ac_metrics_add(&m, 0, 0, probs, 0, NULL), 0);
+    ck_assert_double_eq_tol(ac_metrics_ece(&m), 1.0 - 0.7f, EPS);
+    ck_assert_double_eq_tol(ac_metrics_brier(&m), 0.7f * 0.7f, 1e-7);
+    ac_metrics_free(&m);
+}
+END_TEST
+
+START_TEST(test_brier_binary_and_multiclass)
+{
+    /* Binary form: mean (p_1 - y)^2 = (0.0625 + 0.5625 + 0.25) / 3, not twice that. */
+    ac_metrics b;
+    ck_assert_int_eq(ac_metrics_init(&b, 2, 0, NULL), 0);
+    int truth[] = {1, 0, 0}, pred[] = {1, 1, 0};
+    float p1[] = {0.75f, 0.75f, 0.5f};
+    add_binary(&b, truth, pred, p1, NULL, 3);
+    ck_assert_double_eq_tol(ac_metrics_brier(&b), 0.875 / 3, EPS);
+    ac_metrics_free(&b);
+
+    /* Multi-class form: sum over classes, then mean over examples.
+     * {0.5, 0.25, 0.25} true 0: 0.25 + 0.0625 + 0.0625 = 0.375;
+     * {0.25, 0.5, 0.25} true 2: 0.0625 + 0.25 + 0.5625 = 0.875. */
+    ac_metrics m;
+    ck_assert_int_eq(ac_metrics_init(&m, 3, 0, NULL), 0);
+    float a[3] = {0.5f, 0.25f, 0.25f}, c[3] = {0.25f, 0.5f, 0.25f};
+    ck_assert_int_eq(ac_metrics_add(&m, 0, 0, a, 0, NULL), 0);
+    ck_assert_int_eq(ac_metrics_add(&m, 2, 1, c, 0, NULL), 0);
+    ck_assert_double_eq_tol(ac_metrics_brier(&m), (0.375 + 0.875) / 2, EPS);
+    /* both confidences 0.5 (bin 7), one right: ECE = |0.5 - 0.5| = 0 */
+    ck_assert_double_eq_tol(ac_metrics_ece(&m), 0.0, EPS);
+    ac_metrics_free(&m);
+}
+END_TEST
+
+START_TEST(test_calibration_nan_without_probs)
+{
+    ac_metrics m;
+    ac_err err = {{0}};
+    ck_assert_int_eq(ac_metrics_init(&m, 3, 0, NULL), 0);
+    float probs[3] = {0.5f, 0.25f, 0.25f};
+    ck_assert_int_eq(ac_metrics_add(&m, 0, 0, probs, 0, NULL), 0);
+    ck_assert(isfinite(ac_metrics_ece(&m)) && isfinite(ac_metrics_brier(&m)));
+    ck_assert_int_eq(ac_metrics_add(&m, 1, 0, NULL, 0, NULL), 0);
+    ck_assert(isnan(ac_metrics_ece(&m)));
+    ck_assert(isnan(ac_metrics_brier(&m)));
+    ac_reliability r;
+    ck_assert_int_eq(ac_metrics_reliability(&m, &r, &err), -1);
+    ck_assert_msg(strstr(err.msg, "1 of 2 examples") != NULL, "%s", err.msg);
+    for (int b = 0; b < AC_CALIBRATION_BINS; b++)
+        ck_assert_int_eq(r.count[b], 0);
+    /* the other figures do not suffer */
+    ck_assert_double_eq_tol(ac_metrics_accuracy(&m), 0.5, EPS);
+
+    /* a probability that is not finite is as good as none */
+    ac_metrics_reset(&m);
+    float broken[3] = {NAN, 0.5f, 0.5f};
+    ck_assert_int_eq(ac_metrics_add(&m, 1, 1, broken, 0, NULL), 0);
+    ck_assert(isnan(ac_metrics_ece(&m)));
+    ck_assert(isnan(ac_metrics_brier(&m)));
+    /* after a reset, a clean start */
+    ac_metrics_reset(&m);
+    ck_assert_int_eq(ac_metrics_add(&m, 0, 0, probs, 0, NULL), 0);
+    ck_assert_double_eq_tol(ac_metrics_ece(&m), 0.5, EPS);
+    ac_metrics_free(&m);
+}
+END_TEST
+
+/* ------------------------------------------------------ temperature scaling */
+
+enum { TEMP_C = 3, TEMP_N = 20000 };
+
+/* Logits T0 * z with z ~ N(0, 2^2) per class, and labels drawn from
+ * softmax(z): the calibrated temperature of these logits is T0. */
+static void make_scaled_logits(float *logits, int32_t *labels, double t0, uint64_t seed)
+{
+    uint64_t key_z = ac_rng_key(seed, 1), key_label = ac_rng_key(seed, 2);
+    for (int64_t i = 0; i < TEMP_N; i++) {
+        double z[TEMP_C], p[TEMP_C], top = -INFINITY, sum = 0;
+        for (int c = 0; c < TEMP_C; c++) {
+            z[c] = 2.0 * ac_rng_normal(key_z, (uint64_t)(i * TEMP_C + c));
+            top = z[c] > top ? z[c] : top;
+        }
+        for (int c = 0; c < TEMP_C; c++)
+            sum += p[c] = exp(z[c] - top);
+        double u = ac_rng_uniform(key_label, (uint64_t)i) * sum, cumulative = 0;
+        int label = TEMP_C - 1;
+        for (int c = 0; c < TEMP_C; c++) {
+            cumulative += p[c];
+            if (u < cumulative) {
+                label = c;
+                break;
+            }
+        }
+        labels[i] = label;
+        for (int c = 0; c < TEMP_C; c++)
+            logits[i * TEMP_C + c] = (float)(t0 * z[c]);
+    }
+}
+
+START_TEST(test_temperature_recovers_known_value)
+{
+    static float logits[TEMP_N * TEMP_C];
+    static int32_t labels[TEMP_N];
+    const double t0s[] = {2.5, 0.5};
+    for (int k = 0; k < 2; k++) {
+        double t0 = t0s[k];
+        make_scaled_logits(logits, labels, t0, 42 + (uint64_t)k);
+        double t = 0;
+        ac_err err = {{0}};
+        ck_assert_msg(ac_temperature_fit(logits, labels, TEMP_N, TEMP_C, &t, &err) == 0, "%s",
+                      err.msg);
+        ck_assert_msg(fabs(t / t0 - 1) < 0.03, "fitted T %.4f, true %.4f", t, t0);
+        double nll = ac_temperature_nll(logits, labels, TEMP_N, TEMP_C, t);
+        ck_assert(nll < ac_temperature_nll(logits, labels, TEMP_N, TEMP_C, 1.0));
+        ck_assert(nll < ac_temperature_nll(logits, labels, TEMP_N, TEMP_C, t0 * 1.5));
+        ck_assert(nll < ac_temperature_nll(logits, labels, TEMP_N, TEMP_C, t0 / 1.5));
+        /* a minimum: a step of 1e-3 either way does not do better */
+        ck_assert(nll <= ac_temperature_nll(logits, labels, TEMP_N, TEMP_C, t * 1.001));
+        ck_assert(nll <= ac_temperature_nll(logits, labels, TEMP_N, TEMP_C, t / 1.001));
+        /* deterministic to the bit */
+        double again = 0;
+        ck_assert_int_eq(ac_temperature_fit(logits, labels, TEMP_N, TEMP_C, &again, NULL), 0);
+        ck_assert(memcmp(&t, &again, sizeof t) == 0);
+    }
+}
+END_TEST
+
+START_TEST(test_temperature_nll_by_hand)
+{
+    /* Two classes, logits {0, log 3}: p = {1/4, 3/4}. Label 1: NLL = log(4/3);
+     * at T = 2 the logits halve: p_1 = sqrt(3) / (1 + sqrt(3)). */
+    float logits[2] = {0.0f, (float)log(3.0)};
+    int32_t label[1] = {1};
+    ck_assert_double_eq_tol(ac_temperature_nll(logits, label, 1, 2, 1.0), log(4.0 / 3.0), 1e-6);
+    ck_assert_double_eq_tol(ac_temperature_nll(logits, label, 1, 2, 2.0),
+                            -log(sqrt(3.0) / (1 + sqrt(3.0))), 1e-6);
+    ck_assert_double_eq_tol(ac_temperature_nll(logits, label, 0, 2, 2.0), 0.0, EPS);
+}
+END_TEST
+
+START_TEST(test_temperature_edge_cases)
+{
+    double t = -1;
+    /* no examples, or logits that do not depend on T: T = 1 */
+    ck_assert_int_eq(ac_temperature_fit(NULL, NULL, 0, 2, &t, NULL), 0);
+    ck_assert_double_eq(t, 1.0);
+    float flat[6] = {0.5f, 0.5f, -2.0f, -2.0f, 3.0f, 3.0f};
+    int32_t flat_labels[3] = {0, 1, 1};
+    t = -1;
+    ck_assert_int_eq(ac_temperature_fit(flat, flat_labels, 3, 2, &t, NULL), 0);
+    ck_assert_double_eq(t, 1.0);
+    /* every example right by a wide margin: sharper is always better, T at the lower bound */
+    float right[4] = {4.0f, -4.0f, -3.0f, 3.0f};
+    int32_t right_labels[2] = {0, 1};
+    ck_assert_int_eq(ac_temperature_fit(right, right_labels, 2, 2, &t, NULL), 0);
+    ck_assert_double_eq(t, AC_TEMPERATURE_MIN);
+    /* every example wrong: flatter is always better, T at the upper bound */
+    int32_t wrong_labels[2] = {1, 0};
+    ck_assert_int_eq(ac_temperature_fit(right, wrong_labels, 2, 2, &t, NULL), 0);
+    ck_assert_double_eq(t, AC_TEMPERATURE_MAX);
+}
+END_TEST
+
+START_TEST(test_temperature_errors)
+{
+    float logits[6] = {1.0f, 2.0f, 0.5f, -1.0f, 0.0f, 3.0f};
+    int32_t labels[2] = {2, 0};
+    double t = 7;
+    ac_err err = {{0}};
+    ck_assert_int_eq(ac_temperature_fit(logits, labels, 2, 3, &t, &err), 0);
+    ck_assert(t > 0);
+
+    t = 7;
+    int32_t high[2] = {0, 3};
+    ck_assert_int_eq(ac_temperature_fit(logits, high, 2, 3, &t, &err), -1);
+    ck_assert_msg(strstr(err.msg, "example 1") && strstr(err.msg, "label 3"), "%s", err.msg);
+    int32_t negative[2] = {-1, 0};
+    ck_assert_int_eq(ac_temperature_fit(logits, negative, 2, 3, &t, &err), -1);
+    ck_assert_msg(strstr(err.msg, "example 0") && strstr(err.msg, "label -1"), "%s", err.msg);
+    ck_assert_double_eq(t, 7); /* untouched on failure */
+
+    logits[4] = NAN;
+    ck_assert_int_eq(ac_temperature_fit(logits, labels, 2, 3, &t, &err), -1);
+    ck_assert_msg(strstr(err.msg, "example 1") && strstr(err.msg, "logit 1"), "%s", err.msg);
+    logits[4] = INFINITY;
+    ck_assert_int_eq(ac_temperature_fit(logits, labels, 2, 3, &t, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "inf"));
+    logits[4] = 0.0f;
+
+    ck_assert_int_eq(ac_temperature_fit(logits, labels, 2, 1, &t, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "2 classes"));
+    ck_assert_int_eq(ac_temperature_fit(logits, labels, -1, 3, &t, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "negative"));
+    ck_assert_double_eq(t, 7);
+}
+END_TEST
+
+/* -------------------------------------------------------- reliability SVG */
+
+static int count_substr(const char *s, const char *sub)
+{
+    int n = 0;
+    for (const char *p = strstr(s, sub); p; p = strstr(p + 1, sub))
+        n++;
+    return n;
+}
+
+static void assert_svg_document(const char *svg)
+{
+    ck_assert_ptr_nonnull(svg);
+    ck_assert_msg(strncmp(svg, "<svg", 4) == 0, "starts with %.20s", svg);
+    size_t n = strlen(svg);
+    ck_assert(n >= 7 && strcmp(svg + n - 7, "</svg>\n") == 0);
+    ck_assert_int_eq(count_substr(svg, "<svg"), 1);
+    ck_assert_int_eq(count_substr(svg, "<g"), count_substr(svg, "</g>"));
+    ck_assert_int_eq(count_substr(svg, "<text"), count_substr(svg, "</text>"));
+}
+
+START_TEST(test_calibration_svg)
+{
+    ac_metrics m;
+    ck_assert_int_eq(ac_metrics_init(&m, 2, 0, NULL), 0);
+    add_two_bins(&m);
+    ac_reliability r;
+    ck_assert_int_eq(ac_metrics_reliability(&m, &r, NULL), 0);
+    char *svg = ac_calibration_svg(&r, ac_metrics_ece(&m), (long)m.count, "Validation <ep 3> & co");
+    assert_svg_document(svg);
+    ck_assert_ptr_nonnull(strstr(svg, "ECE 0.3125"));
+    ck_assert_ptr_nonnull(strstr(svg, "N = 8"));
+    ck_assert_ptr_nonnull(strstr(svg, "Validation &lt;ep 3&gt; &amp; co"));
+    ck_assert_ptr_null(strstr(svg, "<ep 3>"));
+    /* one bar per non-empty bin, each with its figures */
+    ck_assert_int_eq(count_substr(svg, "<title>confidence ("), 2);
+    ck_assert_ptr_nonnull(strstr(svg, "6 examples, accuracy 0.5000, mean confidence 0.7500"));
+    ck_assert_ptr_nonnull(strstr(svg, "2 examples, accuracy 1.0000, mean confidence 0.5000"));
+    ck_assert_ptr_nonnull(strstr(svg, "perfect calibration"));
+    ck_assert_ptr_null(strstr(svg, "no data"));
+    /* the fuller bin is darker: its blue channel is lower in the shading */
+    const char *six = strstr(svg, "6 examples"), *two = strstr(svg, "2 examples");
+    const char *fill6 = six, *fill2 = two;
+    while (fill6 > svg && strncmp(fill6, "fill=\"#", 7) != 0)
+        fill6--;
+    while (fill2 > svg && strncmp(fill2, "fill=\"#", 7) != 0)
+        fill2--;
+    ck_assert(strtol(fill6 + 7, NULL, 16) < strtol(fill2 + 7, NULL, 16));
+    free(svg);
+
+    /* no data: still a document, saying so */
+    char *empty = ac_calibration_svg(NULL, NAN, 0, NULL);
+    assert_svg_document(empty);
+    ck_assert_ptr_nonnull(strstr(empty, "no data"));
+    ck_assert_ptr_nonnull(strstr(empty, "ECE n/a"));
+    ck_assert_ptr_nonnull(strstr(empty, "N = 0"));
+    free(empty);
+    ac_metrics_reset(&m);
+    ck_assert_int_eq(ac_metrics_reliability(&m, &r, NULL), 0);
+    empty = ac_calibration_svg(&r, ac_metrics_ece(&m), 0, "Empty");
+    assert_svg_document(empty);
+    ck_assert_ptr_nonnull(strstr(empty, "no data"));
+    ck_assert_ptr_nonnull(strstr(empty, "ECE 0.0000"));
+    free(empty);
+    ac_metrics_free(&m);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("metrics");
@@ -231,6 +607,19 @@ int main(void)
     tcase_add_test(tc, test_bad_input);
     tcase_add_test(tc, test_argmax);
     suite_add_tcase(s, tc);
+    TCase *calibration = tcase_create("calibration");
+    tcase_add_test(calibration, test_ece_confident_and_right);
+    tcase_add_test(calibration, test_ece_two_bins);
+    tcase_add_test(calibration, test_calibration_bin_edges);
+    tcase_add_test(calibration, test_correct_means_predicted_class);
+    tcase_add_test(calibration, test_brier_binary_and_multiclass);
+    tcase_add_test(calibration, test_calibration_nan_without_probs);
+    tcase_add_test(calibration, test_temperature_recovers_known_value);
+    tcase_add_test(calibration, test_temperature_nll_by_hand);
+    tcase_add_test(calibration, test_temperature_edge_cases);
+    tcase_add_test(calibration, test_temperature_errors);
+    tcase_add_test(calibration, test_calibration_svg);
+    suite_add_tcase(s, calibration);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failures = srunner_ntests_failed(sr);

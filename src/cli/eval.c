@@ -1,5 +1,6 @@
 /* attnctl eval: accuracy, per-class precision/recall/F1, macro-F1, confusion
- * matrix, ROC-AUC (binary) and mean loss of a model on a labelled CSV. */
+ * matrix, ROC-AUC (binary), mean loss and calibration (ECE, Brier) of a model
+ * on a labelled CSV. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <getopt.h>
@@ -25,7 +26,9 @@ static const char EVAL_USAGE[] =
     "\n"
     "Prints accuracy, per-class precision/recall/F1 and support, macro-F1, the confusion\n"
     "matrix (rows = true class, columns = predicted), ROC-AUC (binary models), the mean\n"
-    "cross-entropy loss, the number of rows, rows skipped because their text is empty, and\n"
+    "cross-entropy loss, the expected calibration error (ECE: 15 equal-width bins of the\n"
+    "top probability) and the Brier score (binary: mean (p1 - y)^2; more classes: mean\n"
+    "sum over classes), the number of rows, rows skipped because their text is empty, and\n"
     "the time taken. Precision, recall or F1 with a zero denominator count as 0.\n"
     "\n"
     "options:\n"
@@ -117,7 +120,7 @@ static int parse_eval_options(int argc, char **argv, eval_options *o)
 typedef struct {
     int64_t count, skipped_empty, truncated, invalid_utf8, tokens;
     double seconds, model_seconds;
-    double auc;
+    double auc, ece, brier;
     wrong_example *wrong;
     int64_t n_wrong;
 } eval_result;
@@ -149,6 +152,8 @@ static int print_json(const eval_options *o, const cli_infer *s, ac_metrics *m,
     cJSON_AddNumberToObject(root, "macro_f1", ac_metrics_macro_f1(m));
     cJSON_AddItemToObject(root, "roc_auc", json_number_or_null(r->auc));
     cJSON_AddNumberToObject(root, "mean_loss", ac_metrics_mean_loss(m));
+    cJSON_AddItemToObject(root, "ece", json_number_or_null(r->ece));
+    cJSON_AddItemToObject(root, "brier", json_number_or_null(r->brier));
     cJSON_AddNumberToObject(root, "seconds", r->seconds);
     cJSON_AddNumberToObject(root, "model_seconds", r->model_seconds);
     cJSON *label_arr = cJSON_AddArrayToObject(root, "labels");
@@ -203,6 +208,15 @@ static int max_label_width(char *const *labels, int C, int at_least)
     return w;
 }
 
+/* "NAME       0.1234", or n/a when the figure is undefined. */
+static void print_figure_or_na(const char *name, double x)
+{
+    if (isfinite(x))
+        printf("%-10s %.4f\n", name, x);
+    else
+        printf("%-10s n/a (no probabilities)\n", name);
+}
+
 static void print_table(const eval_options *o, const cli_infer *s, ac_metrics *m,
                         const ac_rawdata *raw, const eval_result *r, long n_errors)
 {
@@ -222,6 +236,8 @@ static void print_table(const eval_options *o, const cli_infer *s, ac_metrics *m
             printf("ROC-AUC    n/a (only one class in the data)\n");
     }
     printf("mean loss  %.4f\n", ac_metrics_mean_loss(m));
+    print_figure_or_na("ECE", r->ece);
+    print_figure_or_na("Brier", r->brier);
     printf("time       %.2f s (%.0f reviews/s; model %.2f s)\n", r->seconds,
            r->seconds > 0 ? (double)r->count / r->seconds : 0.0, r->model_seconds);
 
@@ -351,6 +367,8 @@ int cmd_eval(int argc, char **argv)
     r.invalid_utf8 = raw.n_invalid_utf8;
     r.tokens = corpus.n_tokens;
     r.auc = ac_metrics_roc_auc(&m);
+    r.ece = ac_metrics_ece(&m);
+    r.brier = ac_metrics_brier(&m);
     r.seconds = cli_now() - t0;
 
     if (o.json) {

@@ -1,7 +1,12 @@
 /* Internal to src/train: one evaluation of a run, as logged in metrics.jsonl,
- * and the learning-curve SVG drawn from them. */
+ * and the learning-curve SVG drawn from them; the reliability diagram; and
+ * the SVG helpers both drawings share. */
 #ifndef ATTNCTL_TRAIN_CURVES_H
 #define ATTNCTL_TRAIN_CURVES_H
+
+#include <stddef.h>
+
+#include "attnctl/metrics.h"
 
 typedef struct {
     long step;
@@ -19,5 +24,47 @@ typedef struct {
  * training and validation loss, and validation accuracy, against step.
  * Returns a malloc'd string, or NULL when out of memory. n may be 0. */
 char *ac_curves_svg(const ac_metric_point *pts, int n);
+
+/* A self-contained SVG reliability diagram (starts with "<svg", ends with
+ * "</svg>\n"): for each confidence bin of r a bar at the bin's accuracy,
+ * shaded by its number of examples (log scale, with a legend), a mark at its
+ * mean confidence, the diagonal of perfect calibration, and a title
+ * "TITLE (ECE 0.0123, N = 456)" (title NULL: "Reliability"; valid UTF-8; an
+ * ECE that is not finite reads "n/a"). With n == 0, r NULL or every bin
+ * empty, the plot says "no data". Returns a malloc'd string, or NULL when
+ * out of memory. */
+char *ac_calibration_svg(const ac_reliability *r, double ece, long n, const char *title);
+
+/* ---- SVG helpers shared by svg_curves.c and svg_calibration.c ---- */
+
+/* A growing text buffer; after a failed allocation it ignores writes. */
+typedef struct {
+    char *buf;
+    size_t len, cap;
+    int failed;
+} svg_buf;
+
+void svg_printf(svg_buf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* s (valid UTF-8) as XML text: & < > " ' escaped, control characters as spaces. */
+void svg_xml_text(svg_buf *sb, const char *s);
+/* The text, or NULL (and the buffer freed) when an allocation failed. */
+char *svg_finish(svg_buf *sb);
+
+typedef struct {
+    double lo, hi, tick; /* axis range and tick spacing */
+} svg_axis;
+
+typedef struct {
+    double x0, y0, w, h; /* plot area in SVG coordinates */
+    svg_axis xr, yr;
+} svg_plot;
+
+/* Data coordinates to SVG coordinates. */
+double svg_x(const svg_plot *p, double x);
+double svg_y(const svg_plot *p, double y);
+/* Grid, ticks with labels, frame and the two axis titles. */
+void svg_draw_axes(svg_buf *sb, const svg_plot *p, const char *x_title, const char *y_title);
+/* A grey note in the middle of the plot area ("no data"). */
+void svg_draw_message(svg_buf *sb, const svg_plot *p, const char *msg);
 
 #endif

@@ -1,6 +1,7 @@
 /* training.svg: two stacked panels sharing the step axis, loss (training and
  * validation) on top and validation accuracy below. Plain SVG 1.1 with inline
- * attributes only, so it renders the same in browsers, viewers and GitHub. */
+ * attributes only, so it renders the same in browsers, viewers and GitHub.
+ * The drawing helpers declared in curves.h live here too. */
 #include "curves.h"
 
 #include <math.h>
@@ -25,13 +26,7 @@ static const char COLOR_TRAIN[] = "#1f77b4";
 static const char COLOR_VAL_LOSS[] = "#ff7f0e";
 static const char COLOR_VAL_ACC[] = "#2ca02c";
 
-typedef struct {
-    char *buf;
-    size_t len, cap;
-    int failed;
-} strbuf;
-
-__attribute__((format(printf, 2, 3))) static void sb_printf(strbuf *sb, const char *fmt, ...)
+void svg_printf(svg_buf *sb, const char *fmt, ...)
 {
     if (sb->failed)
         return;
@@ -62,6 +57,32 @@ __attribute__((format(printf, 2, 3))) static void sb_printf(strbuf *sb, const ch
     }
 }
 
+void svg_xml_text(svg_buf *sb, const char *s)
+{
+    for (; *s; s++) {
+        switch (*s) {
+        case '&': svg_printf(sb, "&amp;"); break;
+        case '<': svg_printf(sb, "&lt;"); break;
+        case '>': svg_printf(sb, "&gt;"); break;
+        case '"': svg_printf(sb, "&quot;"); break;
+        case '\'': svg_printf(sb, "&apos;"); break;
+        default:
+            /* XML 1.0 forbids most control characters, even escaped */
+            svg_printf(sb, "%c", (unsigned char)*s < 0x20 && *s != '\t' && *s != '\n' ? ' ' : *s);
+            break;
+        }
+    }
+}
+
+char *svg_finish(svg_buf *sb)
+{
+    if (sb->failed) {
+        free(sb->buf);
+        return NULL;
+    }
+    return sb->buf;
+}
+
 /* A "nice" tick spacing (1, 2 or 5 x 10^k) giving about `target` ticks over span. */
 static double nice_step(double span, int target)
 {
@@ -74,14 +95,10 @@ static double nice_step(double span, int target)
     return nice * mag;
 }
 
-typedef struct {
-    double lo, hi, tick; /* axis range and tick spacing */
-} axis_range;
-
 /* Range covering [lo, hi] rounded outwards to ticks; a flat range is widened. */
-static axis_range make_axis(double lo, double hi, int target_ticks)
+static svg_axis make_axis(double lo, double hi, int target_ticks)
 {
-    axis_range a;
+    svg_axis a;
     if (!(hi > lo)) {
         double pad = fabs(lo) > 0 ? fabs(lo) * 0.1 : 0.5;
         lo -= pad;
@@ -110,66 +127,61 @@ static void format_tick(char *out, size_t n, double v, double tick)
     snprintf(out, n, "%.*f", decimals, v);
 }
 
-typedef struct {
-    double x0, y0, w, h; /* plot area in SVG coordinates */
-    axis_range xr, yr;
-} plot_area;
-
-static double px(const plot_area *p, double x)
+double svg_x(const svg_plot *p, double x)
 {
     return p->x0 + (x - p->xr.lo) / (p->xr.hi - p->xr.lo) * p->w;
 }
 
-static double py(const plot_area *p, double y)
+double svg_y(const svg_plot *p, double y)
 {
     return p->y0 + p->h - (y - p->yr.lo) / (p->yr.hi - p->yr.lo) * p->h;
 }
 
-static void draw_axes(strbuf *sb, const plot_area *p, const char *y_title)
+void svg_draw_axes(svg_buf *sb, const svg_plot *p, const char *x_title, const char *y_title)
 {
     char label[64];
     /* grid and y ticks */
-    sb_printf(sb, "<g font-size=\"11\" fill=\"#444\">\n");
+    svg_printf(sb, "<g font-size=\"11\" fill=\"#444\">\n");
     for (int i = 0;; i++) {
         double v = p->yr.lo + i * p->yr.tick;
         if (v > p->yr.hi + p->yr.tick * 1e-6)
             break;
-        double y = py(p, v);
+        double y = svg_y(p, v);
         format_tick(label, sizeof label, v, p->yr.tick);
-        sb_printf(sb,
-                  "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>\n"
-                  "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#333\"/>\n"
-                  "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
-                  p->x0, y, p->x0 + p->w, y, p->x0 - 5, y, p->x0, y, p->x0 - 8, y + 4, label);
+        svg_printf(sb,
+                   "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>\n"
+                   "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#333\"/>\n"
+                   "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
+                   p->x0, y, p->x0 + p->w, y, p->x0 - 5, y, p->x0, y, p->x0 - 8, y + 4, label);
     }
     for (int i = 0;; i++) {
         double v = p->xr.lo + i * p->xr.tick;
         if (v > p->xr.hi + p->xr.tick * 1e-6)
             break;
-        double x = px(p, v);
+        double x = svg_x(p, v);
         format_tick(label, sizeof label, v, p->xr.tick);
-        sb_printf(sb,
-                  "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#333\"/>\n"
-                  "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n",
-                  x, p->y0 + p->h, x, p->y0 + p->h + 5, x, p->y0 + p->h + 18, label);
+        svg_printf(sb,
+                   "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#333\"/>\n"
+                   "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n",
+                   x, p->y0 + p->h, x, p->y0 + p->h + 5, x, p->y0 + p->h + 18, label);
     }
-    sb_printf(sb, "</g>\n");
+    svg_printf(sb, "</g>\n");
     /* frame and axis titles */
-    sb_printf(sb,
-              "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" "
-              "stroke=\"#333\"/>\n",
-              p->x0, p->y0, p->w, p->h);
-    sb_printf(sb,
-              "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\">step</text>\n",
-              p->x0 + p->w / 2, p->y0 + p->h + 36);
-    sb_printf(sb,
-              "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\" "
-              "transform=\"rotate(-90 %.1f %.1f)\">%s</text>\n",
-              p->x0 - 52, p->y0 + p->h / 2, p->x0 - 52, p->y0 + p->h / 2, y_title);
+    svg_printf(sb,
+               "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" "
+               "stroke=\"#333\"/>\n",
+               p->x0, p->y0, p->w, p->h);
+    svg_printf(sb,
+               "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\">%s</text>\n",
+               p->x0 + p->w / 2, p->y0 + p->h + 36, x_title);
+    svg_printf(sb,
+               "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\" "
+               "transform=\"rotate(-90 %.1f %.1f)\">%s</text>\n",
+               p->x0 - 52, p->y0 + p->h / 2, p->x0 - 52, p->y0 + p->h / 2, y_title);
 }
 
 /* One series as a path (gaps where values are not finite) plus markers. */
-static void draw_series(strbuf *sb, const plot_area *p, const ac_metric_point *pts, int n,
+static void draw_series(svg_buf *sb, const svg_plot *p, const ac_metric_point *pts, int n,
                         size_t field_offset, const char *color, int dashed)
 {
     int pen_down = 0, any = 0;
@@ -180,29 +192,30 @@ static void draw_series(strbuf *sb, const plot_area *p, const ac_metric_point *p
             continue;
         }
         if (!any)
-            sb_printf(sb, "<path fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s d=\"", color,
-                      dashed ? " stroke-dasharray=\"6 3\"" : "");
+            svg_printf(sb, "<path fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s d=\"", color,
+                       dashed ? " stroke-dasharray=\"6 3\"" : "");
         any = 1;
-        sb_printf(sb, "%s%.1f %.1f", pen_down ? " L" : " M", px(p, (double)pts[i].step), py(p, v));
+        svg_printf(sb, "%s%.1f %.1f", pen_down ? " L" : " M", svg_x(p, (double)pts[i].step),
+                   svg_y(p, v));
         pen_down = 1;
     }
     if (!any)
         return;
-    sb_printf(sb, "\"/>\n");
+    svg_printf(sb, "\"/>\n");
     if (n > MAX_MARKERS)
         return;
-    sb_printf(sb, "<g fill=\"%s\">\n", color);
+    svg_printf(sb, "<g fill=\"%s\">\n", color);
     for (int i = 0; i < n; i++) {
         double v = *(const double *)((const char *)&pts[i] + field_offset);
         if (isfinite(v))
-            sb_printf(sb, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\"/>\n",
-                      px(p, (double)pts[i].step), py(p, v));
+            svg_printf(sb, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\"/>\n",
+                       svg_x(p, (double)pts[i].step), svg_y(p, v));
     }
-    sb_printf(sb, "</g>\n");
+    svg_printf(sb, "</g>\n");
 }
 
 /* A one-row legend above the plot area, right-aligned, so it never hides data. */
-static void draw_legend(strbuf *sb, const plot_area *p, const char *const *names,
+static void draw_legend(svg_buf *sb, const svg_plot *p, const char *const *names,
                         const char *const *colors, const int *dashed, int n)
 {
     const double char_w = 6.8, swatch = 22, gap = 18; /* widths for 12px text */
@@ -210,18 +223,18 @@ static void draw_legend(strbuf *sb, const plot_area *p, const char *const *names
     for (int i = 0; i < n; i++)
         total += swatch + 6 + char_w * (double)strlen(names[i]) + (i ? gap : 0);
     double x = p->x0 + p->w - total, y = p->y0 - 8;
-    sb_printf(sb, "<g font-size=\"12\">\n");
+    svg_printf(sb, "<g font-size=\"12\">\n");
     for (int i = 0; i < n; i++) {
         if (i)
             x += gap;
-        sb_printf(sb,
-                  "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
-                  "stroke-width=\"3\"%s/>\n<text x=\"%.1f\" y=\"%.1f\">%s</text>\n",
-                  x, y - 4, x + swatch, y - 4, colors[i],
-                  dashed[i] ? " stroke-dasharray=\"6 3\"" : "", x + swatch + 6, y, names[i]);
+        svg_printf(sb,
+                   "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+                   "stroke-width=\"3\"%s/>\n<text x=\"%.1f\" y=\"%.1f\">%s</text>\n",
+                   x, y - 4, x + swatch, y - 4, colors[i],
+                   dashed[i] ? " stroke-dasharray=\"6 3\"" : "", x + swatch + 6, y, names[i]);
         x += swatch + 6 + char_w * (double)strlen(names[i]);
     }
-    sb_printf(sb, "</g>\n");
+    svg_printf(sb, "</g>\n");
 }
 
 static void field_range(const ac_metric_point *pts, int n, size_t field_offset, double *lo,
@@ -239,36 +252,40 @@ static void field_range(const ac_metric_point *pts, int n, size_t field_offset, 
     }
 }
 
-static void draw_message(strbuf *sb, const plot_area *p, const char *msg)
+void svg_draw_message(svg_buf *sb, const svg_plot *p, const char *msg)
 {
-    sb_printf(sb,
-              "<text x=\"%.1f\" y=\"%.1f\" font-size=\"13\" fill=\"#777\" "
-              "text-anchor=\"middle\">%s</text>\n",
-              p->x0 + p->w / 2, p->y0 + p->h / 2, msg);
+    svg_printf(sb,
+               "<text x=\"%.1f\" y=\"%.1f\" font-size=\"13\" fill=\"#777\" "
+               "text-anchor=\"middle\">%s</text>\n",
+               p->x0 + p->w / 2, p->y0 + p->h / 2, msg);
 }
 
 char *ac_curves_svg(const ac_metric_point *pts, int n)
 {
-    strbuf sb = {0};
+    svg_buf sb = {0};
     int height = TITLE_HEIGHT + 2 * PANEL_HEIGHT;
-    sb_printf(&sb,
-              "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-              "viewBox=\"0 0 %d %d\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n"
-              "<title>attnctl training curves</title>\n"
-              "<rect width=\"100%%\" height=\"100%%\" fill=\"#fff\"/>\n"
-              "<text x=\"%d\" y=\"22\" font-size=\"15\" font-weight=\"bold\">Training</text>\n",
-              SVG_WIDTH, height, SVG_WIDTH, height, MARGIN_LEFT);
+    svg_printf(&sb,
+               "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+               "viewBox=\"0 0 %d %d\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n"
+               "<title>attnctl training curves</title>\n"
+               "<rect width=\"100%%\" height=\"100%%\" fill=\"#fff\"/>\n"
+               "<text x=\"%d\" y=\"22\" font-size=\"15\" font-weight=\"bold\">Training</text>\n",
+               SVG_WIDTH, height, SVG_WIDTH, height, MARGIN_LEFT);
 
     long max_step = 1;
     for (int i = 0; i < n; i++)
         if (pts[i].step > max_step)
             max_step = pts[i].step;
-    axis_range xr = make_axis(0.0, (double)max_step, 8);
+    svg_axis xr = make_axis(0.0, (double)max_step, 8);
     xr.lo = 0.0;
 
     /* loss panel */
-    plot_area loss = {MARGIN_LEFT, TITLE_HEIGHT + MARGIN_TOP, SVG_WIDTH - MARGIN_LEFT - MARGIN_RIGHT,
-                      PANEL_HEIGHT - MARGIN_TOP - MARGIN_BOTTOM, xr, {0, 1, 0.2}};
+    svg_plot loss = {MARGIN_LEFT,
+                     TITLE_HEIGHT + MARGIN_TOP,
+                     SVG_WIDTH - MARGIN_LEFT - MARGIN_RIGHT,
+                     PANEL_HEIGHT - MARGIN_TOP - MARGIN_BOTTOM,
+                     xr,
+                     {0, 1, 0.2}};
     double lo = 0, hi = 0;
     int count = 0, n_train = 0, n_val = 0;
     field_range(pts, n, offsetof(ac_metric_point, train_loss), &lo, &hi, &n_train);
@@ -280,7 +297,7 @@ char *ac_curves_svg(const ac_metric_point *pts, int n)
         if (loss.yr.lo < 0 && lo >= 0)
             loss.yr.lo = 0;
     }
-    draw_axes(&sb, &loss, "loss");
+    svg_draw_axes(&sb, &loss, "step", "loss");
     if (count) {
         draw_series(&sb, &loss, pts, n, offsetof(ac_metric_point, train_loss), COLOR_TRAIN, 0);
         draw_series(&sb, &loss, pts, n, offsetof(ac_metric_point, val_loss), COLOR_VAL_LOSS, 1);
@@ -298,12 +315,12 @@ char *ac_curves_svg(const ac_metric_point *pts, int n)
         }
         draw_legend(&sb, &loss, names, colors, dashed, k);
     } else {
-        draw_message(&sb, &loss, "no evaluations yet");
+        svg_draw_message(&sb, &loss, "no evaluations yet");
     }
 
     /* accuracy panel */
-    plot_area acc = {MARGIN_LEFT, TITLE_HEIGHT + PANEL_HEIGHT + MARGIN_TOP, loss.w, loss.h, xr,
-                     {0, 1, 0.2}};
+    svg_plot acc = {MARGIN_LEFT, TITLE_HEIGHT + PANEL_HEIGHT + MARGIN_TOP, loss.w, loss.h, xr,
+                    {0, 1, 0.2}};
     lo = hi = 0;
     count = 0;
     field_range(pts, n, offsetof(ac_metric_point, val_accuracy), &lo, &hi, &count);
@@ -314,9 +331,9 @@ char *ac_curves_svg(const ac_metric_point *pts, int n)
         if (acc.yr.hi > 1)
             acc.yr.hi = 1;
         if (acc.yr.hi <= acc.yr.lo)
-            acc.yr = (axis_range){0, 1, 0.2};
+            acc.yr = (svg_axis){0, 1, 0.2};
     }
-    draw_axes(&sb, &acc, "validation accuracy");
+    svg_draw_axes(&sb, &acc, "step", "validation accuracy");
     if (count) {
         draw_series(&sb, &acc, pts, n, offsetof(ac_metric_point, val_accuracy), COLOR_VAL_ACC, 0);
         const char *names[] = {"validation accuracy"};
@@ -324,13 +341,9 @@ char *ac_curves_svg(const ac_metric_point *pts, int n)
         const int dashed[] = {0};
         draw_legend(&sb, &acc, names, colors, dashed, 1);
     } else {
-        draw_message(&sb, &acc, n ? "no validation data" : "no evaluations yet");
+        svg_draw_message(&sb, &acc, n ? "no validation data" : "no evaluations yet");
     }
 
-    sb_printf(&sb, "</svg>\n");
-    if (sb.failed) {
-        free(sb.buf);
-        return NULL;
-    }
-    return sb.buf;
+    svg_printf(&sb, "</svg>\n");
+    return svg_finish(&sb);
 }
