@@ -942,6 +942,65 @@ START_TEST(test_config_seed_near_2_53)
 END_TEST
 
 /* full = 1: every key and section of a written config is required. */
+/* A config.json of attnctl 0.1 has none of the keys added since: it loads,
+ * and they take the values that mean 0.1's behaviour (fixed positions, no
+ * n-grams, temperature 1, no crops, plain cross-entropy). */
+START_TEST(test_config_of_version_0_1_loads)
+{
+    ac_config c;
+    ac_config_defaults(&c);
+    set_labels(&c, TWO_LABELS, 2);
+    char *text = ac_config_to_json(&c);
+    static const char *const added[] = {
+        "    \"positions\": \"learned\",\n", "    \"ngram_order\": 2,\n",
+        "    \"ngram_buckets\": 262144,\n", "    \"temperature\": 1\n",
+        "    \"crop_frac\": 0.5,\n", "    \"crop_min\": 5,\n", "    \"crop_max\": 64,\n",
+        "    \"label_smoothing\": 0,\n", "    \"token_dropout\": 0\n",
+    };
+    for (size_t i = 0; i < sizeof added / sizeof added[0]; i++) {
+        char *cut = replace_first(text, added[i], "");
+        free(text);
+        text = cut;
+    }
+    char *hash = strstr(text, "    \"ngram_hash\"");
+    ck_assert_ptr_nonnull(hash);
+    char *line_end = strchr(hash, '\n');
+    memmove(hash, line_end + 1, strlen(line_end + 1) + 1);
+    /* the lines before the removed last keys keep their commas: drop them */
+    char *fixed = replace_first(text, "\"ln_eps\": 1e-06,", "\"ln_eps\": 1e-06");
+    free(text);
+    text = replace_first(fixed, "\"min_count\": 2,", "\"min_count\": 2");
+    free(fixed);
+    ac_config d;
+    ac_config_defaults(&d);
+    ac_err err;
+    ck_assert_msg(ac_config_parse(&d, text, strlen(text), "old.json", 1, &err) == 0, "%s\n%s",
+                  err.msg, text);
+    ck_assert_int_eq(d.model.positions, AC_POS_SINUSOIDAL);
+    ck_assert_int_eq(d.model.ngram_order, 1);
+    ck_assert_int_eq(d.model.ngram_buckets, 0);
+    ck_assert(d.model.temperature == 1.0f);
+    ck_assert(d.training.crop_frac == 0.0);
+    ck_assert(d.training.label_smoothing == 0.0f);
+    ck_assert(d.training.token_dropout == 0.0f);
+    /* a key of 0.1 is still required */
+    char *no_dff = replace_first(text, "    \"d_ff\": 256,\n", "");
+    ck_assert_int_eq(ac_config_parse(&d, no_dff, strlen(no_dff), "old.json", 1, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "model.d_ff: missing required key"));
+    /* the hash, when given, must be the one this version computes */
+    char *other = ac_config_to_json(&c);
+    char *bad = replace_first(other, "h=h*116049371", "h=h*31");
+    ck_assert_int_eq(ac_config_parse(&d, bad, strlen(bad), "x.json", 1, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "model.ngram_hash"));
+    free(no_dff);
+    free(other);
+    free(bad);
+    free(text);
+    ac_config_free(&d);
+    ac_config_free(&c);
+}
+END_TEST
+
 START_TEST(test_config_missing_keys)
 {
     ac_config c;
@@ -952,8 +1011,7 @@ START_TEST(test_config_missing_keys)
     const struct { const char *cut; const char *want; } cases[] = {
         {"    \"d_ff\": 256,\n", "x.json: model.d_ff: missing required key"},
         {"    \"casefold\": true,\n", "x.json: tokenizer.casefold: missing required key"},
-        {"    \"label_smoothing\": 0\n", NULL /* leaves a trailing comma: not JSON */},
-        {"    \"ngram_buckets\": 262144,\n", "x.json: model.ngram_buckets: missing required key"},
+        {"    \"token_dropout\": 0\n", NULL /* leaves a trailing comma: not JSON */},
         {"    \"seed\": 1,\n", "x.json: training.seed: missing required key"},
         {"    \"date\": \"\",\n", "x.json: provenance.date: missing required key"},
         {"  \"labels\": [\"negative\", \"positive\"],\n", "x.json: labels: missing required key"},
@@ -1602,6 +1660,7 @@ static Suite *io_suite(void)
     tcase_add_loop_test(tcfg, test_config_errors, 0,
                         (int)(sizeof CONFIG_CASES / sizeof CONFIG_CASES[0]));
     tcase_add_test(tcfg, test_config_missing_keys);
+    tcase_add_test(tcfg, test_config_of_version_0_1_loads);
     tcase_add_test(tcfg, test_config_float_rounding);
     tcase_add_test(tcfg, test_config_seed_near_2_53);
     tcase_add_test(tcfg, test_trainer_state_round_trip);

@@ -83,6 +83,7 @@ typedef struct {
     double crop_frac;
     int crop_min, crop_max;
     float label_smoothing; /* 0: plain cross-entropy */
+    float token_dropout;   /* share of training tokens replaced by <unk> */
 } ac_train_config;
 
 typedef struct {

@@ -88,6 +88,7 @@ typedef struct {
     /* per-layer saved tensors are indexed [layer] */
     float *embed_sum;                 /* [B,T,d] embedding + positions + n-grams */
     int32_t *ngram_ids;               /* [B,T,order-1] n-gram buckets */
+    int32_t *dropped_ids;             /* [B,T] ids after token dropout */
     float *embed_ln, *embed_mean, *embed_rstd; /* [B,T,d], [B,T], [B,T] */
     float *embed_out;                 /* [B,T,d] after dropout: input of layer 0 */
     float *embed_mask;                /* dropout mask [B,T,d] */
@@ -155,6 +156,7 @@ typedef struct {
     int n_ngram_rows;
     size_t dense_params;   /* parameters before the sparse table (all of them without one) */
     float label_smoothing; /* training loss only; 0 = plain cross-entropy */
+    float token_dropout;   /* training only: share of tokens replaced by <unk> */
     ac_activations act;
     ac_model_profile profile;
     int keep_attention; /* inference forwards keep the attention maps in act.probs */

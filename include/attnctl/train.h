@@ -7,6 +7,9 @@
  *       validation accuracy; without validation rows: the latest evaluated)
  *   DIR/metrics.jsonl   one JSON object per evaluation
  *   DIR/training.svg    loss and validation accuracy against step
+ *   DIR/calibration.svg reliability diagram of the best model on the
+ *       validation rows, at the temperature fitted on them (config.json
+ *       model.temperature)
  *   DIR/checkpoint/     latest resumable state: config.json, vocab.txt,
  *       model.safetensors, optimizer.safetensors, trainer_state.json and
  *       run.json (the data files and columns, for `--resume DIR`)
@@ -29,6 +32,7 @@
 #define AC_CHECKPOINT_SUBDIR "checkpoint"
 #define AC_METRICS_FILE "metrics.jsonl"
 #define AC_CURVES_FILE "training.svg"
+#define AC_CALIBRATION_FILE "calibration.svg" /* reliability diagram of the best model */
 #define AC_RUN_FILE "run.json" /* inside the checkpoint directory */
 
 typedef enum {
@@ -54,6 +58,7 @@ typedef struct {
     /* EVAL */
     double val_loss, val_accuracy; /* NAN without validation rows */
     double val_span_accuracy; /* the validation rows cut to fixed random 5-40-token spans */
+    double temperature, val_ece; /* fitted on the validation rows; ECE at that temperature */
     int improved;          /* this evaluation is the new best and was saved as the model */
     double best_val_accuracy; /* -1 when none yet */
     long best_step;

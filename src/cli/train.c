@@ -31,7 +31,8 @@ enum {
     OPT_WEIGHT_DECAY, OPT_CLIP, OPT_DROPOUT, OPT_MAX_LEN, OPT_TRUNCATION, OPT_VOCAB_SIZE,
     OPT_MIN_COUNT, OPT_POOLING, OPT_LAYERS, OPT_D_MODEL, OPT_HEADS, OPT_FF, OPT_VAL_SPLIT,
     OPT_VAL_FILE, OPT_PATIENCE, OPT_EVAL_EVERY, OPT_SEED, OPT_THREADS, OPT_TEXT_COLUMN,
-    OPT_LABEL_COLUMN, OPT_MAX_STEPS, OPT_RESUME, OPT_QUIET, OPT_HELP, OPT_END
+    OPT_LABEL_COLUMN, OPT_MAX_STEPS, OPT_RESUME, OPT_QUIET, OPT_HELP, OPT_POSITIONS, OPT_NGRAMS,
+    OPT_NGRAM_BUCKETS, OPT_CROP, OPT_CROP_MIN, OPT_CROP_MAX, OPT_LABEL_SMOOTHING, OPT_TOKEN_DROPOUT, OPT_END
 };
 
 static const struct option LONG_OPTIONS[] = {
@@ -64,6 +65,14 @@ static const struct option LONG_OPTIONS[] = {
     {"label-column", required_argument, NULL, OPT_LABEL_COLUMN},
     {"max-steps", required_argument, NULL, OPT_MAX_STEPS},
     {"resume", required_argument, NULL, OPT_RESUME},
+    {"positions", required_argument, NULL, OPT_POSITIONS},
+    {"ngrams", required_argument, NULL, OPT_NGRAMS},
+    {"ngram-buckets", required_argument, NULL, OPT_NGRAM_BUCKETS},
+    {"crop", required_argument, NULL, OPT_CROP},
+    {"crop-min", required_argument, NULL, OPT_CROP_MIN},
+    {"crop-max", required_argument, NULL, OPT_CROP_MAX},
+    {"label-smoothing", required_argument, NULL, OPT_LABEL_SMOOTHING},
+    {"token-dropout", required_argument, NULL, OPT_TOKEN_DROPOUT},
     {"quiet", no_argument, NULL, OPT_QUIET},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
@@ -123,6 +132,13 @@ static void print_help(void)
            "      --eval-every N     steps between evaluations, 0 = once an epoch [%ld]\n"
            "      --patience N       evaluations without a better validation accuracy before\n"
            "                         stopping, 0 = never [%d]\n"
+           "      --crop X           share of the reviews cut each epoch to a random span of\n"
+           "                         --crop-min..--crop-max tokens, so short texts are learnt\n"
+           "                         too [%g]\n"
+           "      --crop-min N, --crop-max N\n"
+           "                         span lengths of the crops [%d, %d]\n"
+           "      --label-smoothing X  target (1-X) on the label and X spread over all classes [%g]\n"
+           "      --token-dropout X  share of training tokens replaced by <unk> [%g]\n"
            "      --max-steps N      stop after N steps in all, 0 = no limit; the schedule still\n"
            "                         spans all epochs, so the run can be resumed and continued\n"
            "      --seed N           seed of every random choice; the same seed gives the same\n"
@@ -136,6 +152,9 @@ static void print_help(void)
            "      --ff N             feed-forward width [%d]\n"
            "      --dropout X        dropout probability, 0 <= X < 1 [%g]\n"
            "      --pooling NAME     max, mean or cls [%s]\n"
+           "      --positions NAME   learned, sinusoidal (the course's fixed table) or none [%s]\n"
+           "      --ngrams N         1: words only; 2: + hashed word bigrams; 3: + trigrams [%d]\n"
+           "      --ngram-buckets N  rows of the hashed n-gram table [%d]\n"
            "      --max-len N        tokens per review, longer ones are truncated [%d]\n"
            "      --truncation NAME  head, tail or head+tail: which tokens a long review keeps [%s]\n"
            "      --vocab-size N     vocabulary size including <pad>, <unk> (and <cls>) [%d]\n"
@@ -151,9 +170,12 @@ static void print_help(void)
            "Exit status: 0 done, 1 error, 2 usage error, 130/143 interrupted.\n",
            t->epochs, t->batch_size, (double)t->optim.lr, ac_schedule_name(t->optim.schedule),
            t->warmup_frac, (double)t->optim.weight_decay, (double)t->optim.clip_norm,
-           t->val_split, t->eval_every, t->patience, (unsigned long long)t->seed,
+           t->val_split, t->eval_every, t->patience, t->crop_frac, t->crop_min, t->crop_max,
+           (double)t->label_smoothing, (double)t->token_dropout, (unsigned long long)t->seed,
            d.model.n_layers, d.model.d_model, d.model.n_heads, d.model.d_ff,
-           (double)d.model.dropout, ac_pooling_name(d.model.pooling), d.model.max_len,
+           (double)d.model.dropout, ac_pooling_name(d.model.pooling),
+           ac_positions_name(d.model.positions), d.model.ngram_order, d.model.ngram_buckets,
+           d.model.max_len,
            ac_truncation_name(d.tokenizer.truncation), t->vocab_max, (long long)t->min_count);
     ac_config_free(&d);
 }
@@ -264,7 +286,37 @@ static int parse_value(train_args *a, int id, const char *arg)
             return bad_value(id, arg, "a number from 0 (off) to 10^6");
         v->d = d;
         break;
+    case OPT_POSITIONS: {
+        ac_positions p;
+        if (ac_positions_parse(arg, &p))
+            return bad_value(id, arg, "learned, sinusoidal or none");
+        v->i = p;
+        break;
+    }
+    case OPT_NGRAMS:
+        if (cli_parse_int(arg, 1, 3, &i))
+            return bad_value(id, arg, "1, 2 or 3");
+        v->i = i;
+        break;
+    case OPT_NGRAM_BUCKETS:
+        if (cli_parse_int(arg, 1, 16777216, &i))
+            return bad_value(id, arg, "an integer from 1 to 16777216");
+        v->i = i;
+        break;
+    case OPT_CROP_MIN:
+    case OPT_CROP_MAX:
+        if (cli_parse_int(arg, 1, 65536, &i))
+            return bad_value(id, arg, "an integer from 1 to 65536");
+        v->i = i;
+        break;
+    case OPT_CROP:
+        if (cli_parse_double(arg, 0, 1, &d))
+            return bad_value(id, arg, "a number from 0 to 1");
+        v->d = d;
+        break;
     case OPT_DROPOUT:
+    case OPT_LABEL_SMOOTHING:
+    case OPT_TOKEN_DROPOUT:
     case OPT_VAL_SPLIT:
         if (cli_parse_double(arg, 0, 1, &d) || d >= 1)
             return bad_value(id, arg, "a number with 0 <= X < 1");
@@ -398,6 +450,14 @@ static void apply_overrides(ac_config *c, const train_args *a)
     }
     if (v[OPT_MIN_COUNT].set) t->min_count = v[OPT_MIN_COUNT].i;
     if (v[OPT_DROPOUT].set) c->model.dropout = (float)v[OPT_DROPOUT].d;
+    if (v[OPT_POSITIONS].set) c->model.positions = (ac_positions)v[OPT_POSITIONS].i;
+    if (v[OPT_NGRAMS].set) c->model.ngram_order = (int)v[OPT_NGRAMS].i;
+    if (v[OPT_NGRAM_BUCKETS].set) c->model.ngram_buckets = (int)v[OPT_NGRAM_BUCKETS].i;
+    if (v[OPT_CROP].set) c->training.crop_frac = v[OPT_CROP].d;
+    if (v[OPT_CROP_MIN].set) c->training.crop_min = (int)v[OPT_CROP_MIN].i;
+    if (v[OPT_CROP_MAX].set) c->training.crop_max = (int)v[OPT_CROP_MAX].i;
+    if (v[OPT_LABEL_SMOOTHING].set) c->training.label_smoothing = (float)v[OPT_LABEL_SMOOTHING].d;
+    if (v[OPT_TOKEN_DROPOUT].set) c->training.token_dropout = (float)v[OPT_TOKEN_DROPOUT].d;
     if (v[OPT_MAX_LEN].set) c->model.max_len = (int)v[OPT_MAX_LEN].i;
     if (v[OPT_POOLING].set) c->model.pooling = (ac_pooling)v[OPT_POOLING].i;
     if (v[OPT_LAYERS].set) c->model.n_layers = (int)v[OPT_LAYERS].i;

@@ -75,6 +75,7 @@ void ac_config_defaults(ac_config *c)
         .crop_min = 5,
         .crop_max = 64,
         .label_smoothing = 0.0f,
+        .token_dropout = 0.0f,
     };
     snprintf(c->provenance.version, sizeof c->provenance.version, "%s", AC_VERSION);
     c->provenance.best_val_accuracy = -1.0;
@@ -114,7 +115,19 @@ typedef enum {
     K_NGRAM_HASH, /* no storage: the one hashing this version knows (AC_NGRAM_HASH) */
 } key_kind;
 
-enum { LO_OPEN = 1, HI_OPEN = 2 };
+/* SINCE_0_2: a key that config.json files of attnctl 0.1 lack; such a file
+ * still loads (full), with the key at its LEGACY_VALUES value: the behaviour
+ * that version had. */
+enum { LO_OPEN = 1, HI_OPEN = 2, SINCE_0_2 = 4 };
+
+static const struct {
+    const char *key;
+    double value;
+} LEGACY_VALUES[] = {
+    {"positions", AC_POS_SINUSOIDAL}, {"ngram_order", 1}, {"ngram_buckets", 0},
+    {"temperature", 1}, {"crop_frac", 0}, {"crop_min", 5}, {"crop_max", 64},
+    {"label_smoothing", 0}, {"token_dropout", 0},
+};
 
 typedef struct {
     const char *name;
@@ -145,11 +158,11 @@ static const key_spec MODEL_KEYS[] = {
     {"pooling", K_POOLING, AT(model.pooling), 0, 0, 0, 0},
     {"dropout", K_FLOAT, AT(model.dropout), 0, 1, HI_OPEN, 0},
     {"ln_eps", K_FLOAT, AT(model.ln_eps), 0, 1, LO_OPEN | HI_OPEN, 0},
-    {"positions", K_POSITIONS, AT(model.positions), 0, 0, 0, 0},
-    {"ngram_order", K_INT, AT(model.ngram_order), 0, 3, 0, 0},
-    {"ngram_buckets", K_INT, AT(model.ngram_buckets), 0, 16777216, 0, 0},
-    {"ngram_hash", K_NGRAM_HASH, 0, 0, 0, 0, 0},
-    {"temperature", K_FLOAT, AT(model.temperature), 0, 1000, LO_OPEN, 0},
+    {"positions", K_POSITIONS, AT(model.positions), 0, 0, SINCE_0_2, 0},
+    {"ngram_order", K_INT, AT(model.ngram_order), 0, 3, SINCE_0_2, 0},
+    {"ngram_buckets", K_INT, AT(model.ngram_buckets), 0, 16777216, SINCE_0_2, 0},
+    {"ngram_hash", K_NGRAM_HASH, 0, 0, 0, SINCE_0_2, 0},
+    {"temperature", K_FLOAT, AT(model.temperature), 0, 1000, LO_OPEN | SINCE_0_2, 0},
 };
 
 static const key_spec TOKENIZER_KEYS[] = {
@@ -180,10 +193,11 @@ static const key_spec TRAINING_KEYS[] = {
     {"eval_every", K_LONG, AT(training.eval_every), 0, 1e12, 0, 0},
     {"vocab_max", K_I32, AT(training.vocab_max), 3, 10000000, 0, 0},
     {"min_count", K_I64, AT(training.min_count), 1, 1e12, 0, 0},
-    {"crop_frac", K_DOUBLE, AT(training.crop_frac), 0, 1, 0, 0},
-    {"crop_min", K_INT, AT(training.crop_min), 1, 65536, 0, 0},
-    {"crop_max", K_INT, AT(training.crop_max), 1, 65536, 0, 0},
-    {"label_smoothing", K_FLOAT, AT(training.label_smoothing), 0, 1, HI_OPEN, 0},
+    {"crop_frac", K_DOUBLE, AT(training.crop_frac), 0, 1, SINCE_0_2, 0},
+    {"crop_min", K_INT, AT(training.crop_min), 1, 65536, SINCE_0_2, 0},
+    {"crop_max", K_INT, AT(training.crop_max), 1, 65536, SINCE_0_2, 0},
+    {"label_smoothing", K_FLOAT, AT(training.label_smoothing), 0, 1, HI_OPEN | SINCE_0_2, 0},
+    {"token_dropout", K_FLOAT, AT(training.token_dropout), 0, 1, HI_OPEN | SINCE_0_2, 0},
 };
 
 static const key_spec PROVENANCE_KEYS[] = {
@@ -461,6 +475,22 @@ static int store_value(void *base, const key_spec *k, const cJSON *v)
     return -1;
 }
 
+static void store_legacy(void *base, const key_spec *k)
+{
+    char *field = (char *)base + k->offset;
+    double v = 0;
+    for (size_t i = 0; i < sizeof LEGACY_VALUES / sizeof LEGACY_VALUES[0]; i++)
+        if (strcmp(LEGACY_VALUES[i].key, k->name) == 0)
+            v = LEGACY_VALUES[i].value;
+    switch (k->kind) {
+    case K_INT: *(int *)(void *)field = (int)v; break;
+    case K_FLOAT: *(float *)(void *)field = (float)v; break;
+    case K_DOUBLE: *(double *)(void *)field = v; break;
+    case K_POSITIONS: *(ac_positions *)(void *)field = (ac_positions)v; break;
+    default: break; /* K_NGRAM_HASH: nothing stored */
+    }
+}
+
 static int key_index(const section_spec *s, const char *name)
 {
     for (int i = 0; i < s->n_keys; i++)
@@ -513,10 +543,14 @@ static int parse_section(void *base, const section_spec *s, const cJSON *obj, co
         seen[found] = 1;
     }
     if (full)
-        for (int i = 0; i < s->n_keys; i++)
-            if (!seen[i])
+        for (int i = 0; i < s->n_keys; i++) {
+            if (seen[i])
+                continue;
+            if (!(s->keys[i].flags & SINCE_0_2))
                 return ac_err_set(err, "%s: %s%s%s: missing required key", file, s->name, dot,
                                   s->keys[i].name);
+            store_legacy(base, &s->keys[i]);
+        }
     return 0;
 }
 

@@ -22,12 +22,16 @@ _Static_assert(sizeof(int32_t) == sizeof(float), "pool_argmax shares the float a
 #define MAX_DIM 65536
 #define MAX_CLASSES 65536
 #define MAX_NGRAM_BUCKETS 16777216
+/* <unk>'s id (text.h's AC_UNK_ID; the model does not include the text layer).
+ * <pad> (below it) and a leading <cls> are never dropped. */
+#define AC_UNK_ID_MODEL 1
 
 /* Dropout sites, each with its own key derived from the forward's key. */
 #define DROP_SITE_EMBED 0
 #define DROP_SITE_ATTN(l) (1 + 2 * (uint64_t)(l))
 #define DROP_SITE_FFN(l) (2 + 2 * (uint64_t)(l))
 #define DROP_SITE_POOLED (2 * (uint64_t)AC_MAX_LAYERS + 1)
+#define DROP_SITE_TOKENS (2 * (uint64_t)AC_MAX_LAYERS + 2)
 
 /* Each activation buffer starts on a 64-byte boundary. */
 #define ACT_ALIGN_FLOATS 16
@@ -333,6 +337,7 @@ static size_t layout_activations(ac_activations *a, const ac_model_config *cfg, 
     size_t BHTT = mul_checked(mul_checked(B, (size_t)cfg->n_heads, &c.overflow),
                               mul_checked(T, T, &c.overflow), &c.overflow);
     a->embed_sum = carve(&c, N, d, 1);
+    a->dropped_ids = (int32_t *)(void *)carve(&c, N, 1, 1);
     a->ngram_ids = ac_model_has_ngrams(cfg)
                        ? (int32_t *)(void *)carve(&c, N, (size_t)(cfg->ngram_order - 1), 1)
                        : NULL;
@@ -561,6 +566,18 @@ float ac_model_forward(ac_model *m, const int32_t *ids, const int32_t *lengths,
     const int maps = train || m->keep_attention;
     double t = prof_start(m);
 
+    if (train && m->token_dropout > 0.0f) {
+        /* Token dropout: a share of the words become <unk> (their n-grams
+         * change with them), so no single word or phrase carries a review. */
+        uint64_t key = ac_rng_key(dropout_key, DROP_SITE_TOKENS);
+        for (int i = 0; i < N; i++)
+            a->dropped_ids[i] = ids[i] > AC_UNK_ID_MODEL &&
+                                        !(c->pooling == AC_POOL_CLS && i % T == 0) &&
+                                        ac_rng_uniform(key, (uint64_t)i) < m->token_dropout
+                                    ? AC_UNK_ID_MODEL
+                                    : ids[i];
+        ids = a->dropped_ids;
+    }
     embedding_forward(a->embed_sum, ids, m->p.embed_w, m->p.pos_w ? m->p.pos_w : m->pos_table,
                       B, T, d);
     if (m->p.ngram_w) {

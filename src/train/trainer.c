@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "attnctl/metrics.h"
 #include "attnctl/model.h"
 #include "attnctl/optim.h"
 #include "attnctl/rng.h"
@@ -29,6 +30,9 @@ enum {
 /* Short-span validation: one span of this many tokens per validation row. */
 #define SPAN_MIN_TOKENS 5
 #define SPAN_MAX_TOKENS 40
+
+/* Fewer validation rows than this give no temperature (it stays 1). */
+#define MIN_CALIBRATION_ROWS 200
 
 #define METRICS_MAX_BYTES ((size_t)256 << 20)
 #define RUN_FILE_MAX_BYTES ((size_t)1 << 20)
@@ -52,6 +56,11 @@ typedef struct {
     int have_val_plan;
     ac_batch_plan span_plan; /* the same rows cut to short spans */
     int have_span_plan;
+    float *val_logits;       /* [n_val, C] raw logits of the last validation pass */
+    int32_t *val_labels;     /* [n_val] */
+    ac_metrics val_metrics;  /* calibration of the validation rows at the fitted temperature */
+    int have_val_metrics;
+    float *val_probs;        /* [C] scratch */
     ac_batch batch; /* buffers for batch_size x max_len */
     float *m1, *m2;
     ac_optim_config optim;
@@ -60,7 +69,7 @@ typedef struct {
     long ckpt_step; /* step of the checkpoint on disk from this run, -1 none */
     ac_metric_point *points;
     int n_points, cap_points;
-    char *ckpt_dir, *metrics_path, *svg_path;
+    char *ckpt_dir, *metrics_path, *svg_path, *calibration_path;
     double elapsed_base; /* elapsed_s of earlier sessions (last kept evaluation) */
     size_t memory_bytes;
     int model_saved;
@@ -259,20 +268,23 @@ static int write_metrics_and_curves(const trainer *t, ac_err *err)
         return ac_err_set(err, "out of memory");
     for (int i = 0; i < t->n_points; i++) {
         const ac_metric_point *p = &t->points[i];
-        char epoch[32], tl[32], vl[32], va[32], sa[32], lr[32], tps[32], el[32];
+        char epoch[32], tl[32], vl[32], va[32], sa[32], tp[32], ec[32], lr[32], tps[32], el[32];
         format_number(epoch, sizeof epoch, p->epoch);
         format_number(tl, sizeof tl, p->train_loss);
         format_number(vl, sizeof vl, p->val_loss);
         format_number(va, sizeof va, p->val_accuracy);
         format_number(sa, sizeof sa, p->span_accuracy);
+        format_number(tp, sizeof tp, p->temperature);
+        format_number(ec, sizeof ec, p->val_ece);
         format_number(lr, sizeof lr, p->lr);
         format_number(tps, sizeof tps, p->tokens_per_s);
         format_number(el, sizeof el, p->elapsed_s);
         int w = snprintf(text + len, cap - len,
                          "{\"step\": %ld, \"epoch\": %s, \"train_loss\": %s, \"val_loss\": %s, "
-                         "\"val_accuracy\": %s, \"short_span_accuracy\": %s, \"lr\": %s, "
+                         "\"val_accuracy\": %s, \"short_span_accuracy\": %s, "
+                         "\"temperature\": %s, \"val_ece\": %s, \"lr\": %s, "
                          "\"tokens_per_s\": %s, \"elapsed_s\": %s}\n",
-                         p->step, epoch, tl, vl, va, sa, lr, tps, el);
+                         p->step, epoch, tl, vl, va, sa, tp, ec, lr, tps, el);
         if (w < 0 || (size_t)w >= cap - len) {
             free(text);
             return ac_err_set(err, "internal error: metrics line too long");
@@ -347,6 +359,8 @@ static int load_metrics_until(trainer *t, long max_step, ac_err *err)
                     .val_loss = json_number(obj, "val_loss"),
                     .val_accuracy = json_number(obj, "val_accuracy"),
                     .span_accuracy = json_number(obj, "short_span_accuracy"),
+                    .temperature = json_number(obj, "temperature"),
+                    .val_ece = json_number(obj, "val_ece"),
                     .lr = json_number(obj, "lr"),
                     .tokens_per_s = json_number(obj, "tokens_per_s"),
                     .elapsed_s = json_number(obj, "elapsed_s"),
@@ -508,6 +522,7 @@ static int setup_fresh(trainer *t, ac_err *err)
     t->have_vocab = 1;
     t->cfg.model.vocab_size = t->vocab.size;
     t->cfg.model.n_classes = o->train->n_classes;
+    t->cfg.model.temperature = 1.0f; /* fitted on the validation rows as training goes */
     if (ac_model_config_validate(&t->cfg.model, err))
         return ac_err_prefix(err, "model configuration");
     if (encode_corpora(t, err))
@@ -623,7 +638,8 @@ static int setup(trainer *t, ac_err *err)
     }
     if (!(t->ckpt_dir = path_join(o->out_dir, AC_CHECKPOINT_SUBDIR, err)) ||
         !(t->metrics_path = path_join(o->out_dir, AC_METRICS_FILE, err)) ||
-        !(t->svg_path = path_join(o->out_dir, AC_CURVES_FILE, err)))
+        !(t->svg_path = path_join(o->out_dir, AC_CURVES_FILE, err)) ||
+        !(t->calibration_path = path_join(o->out_dir, AC_CALIBRATION_FILE, err)))
         return -1;
     if (ac_mkdir_p(o->out_dir, err))
         return -1;
@@ -635,6 +651,7 @@ static int setup(trainer *t, ac_err *err)
     if (tc->epochs < 1 || tc->batch_size < 1)
         return ac_err_set(err, "training.epochs and training.batch_size must be at least 1");
     t->model.label_smoothing = tc->label_smoothing;
+    t->model.token_dropout = tc->token_dropout;
     int first_epoch = t->state.epoch < tc->epochs ? t->state.epoch : 0;
     if (make_epoch_plan(t, first_epoch, err))
         return ac_err_prefix(err, "batching");
@@ -656,6 +673,15 @@ static int setup(trainer *t, ac_err *err)
                                        tc->batch_size, 0, 0, &spans, err))
             return ac_err_prefix(err, "cutting the validation rows to short spans");
         t->have_span_plan = 1;
+        int C = t->cfg.model.n_classes;
+        t->val_logits = malloc((size_t)t->n_val * (size_t)C * sizeof *t->val_logits);
+        t->val_labels = malloc((size_t)t->n_val * sizeof *t->val_labels);
+        t->val_probs = malloc((size_t)C * sizeof *t->val_probs);
+        if (!t->val_logits || !t->val_labels || !t->val_probs)
+            return ac_err_set(err, "out of memory for the validation logits");
+        if (ac_metrics_init(&t->val_metrics, C, t->n_val, err))
+            return -1;
+        t->have_val_metrics = 1;
     }
 
     /* config.json stores warmup as a fraction of all steps: a warmup given in
@@ -712,6 +738,7 @@ static int setup(trainer *t, ac_err *err)
         return -1;
     /* A fresh run starts a fresh log. */
     unlink(t->svg_path);
+    unlink(t->calibration_path);
     return ac_write_file_atomic(t->metrics_path, "", 0, err);
 }
 
@@ -745,6 +772,12 @@ static void trainer_free(trainer *t)
     free(t->ckpt_dir);
     free(t->metrics_path);
     free(t->svg_path);
+    free(t->calibration_path);
+    free(t->val_logits);
+    free(t->val_labels);
+    free(t->val_probs);
+    if (t->have_val_metrics)
+        ac_metrics_free(&t->val_metrics);
 }
 
 /* --------------------------------------------------------------- the loop */
@@ -781,7 +814,7 @@ static void fill_progress(const trainer *t, const session_stats *s, ac_train_eve
     p->eta_s = s->steps > 0 ? (double)(t->stop_step - t->state.step) * (now - s->t0) /
                                   (double)s->steps
                             : NAN;
-    p->val_loss = p->val_accuracy = p->val_span_accuracy = NAN;
+    p->val_loss = p->val_accuracy = p->val_span_accuracy = p->temperature = p->val_ece = NAN;
     p->best_val_accuracy = t->n_val > 0 ? t->state.best_metric : -1.0;
     p->best_step = t->state.best_step;
     p->bad_evals = t->state.bad_evals;
@@ -861,18 +894,26 @@ static int train_step(trainer *t, session_stats *s, ac_err *err)
     return 0;
 }
 
-/* Loss and accuracy over a plan of validation rows, no dropout. */
-static int evaluate(trainer *t, const ac_batch_plan *plan, double *val_loss, double *val_accuracy,
-                    ac_err *err)
+/* Loss and accuracy over a plan of validation rows, no dropout, at
+ * temperature 1 (the raw model; the temperature is fitted afterwards). With
+ * keep_logits the logits and labels are kept in plan order for the fit. */
+static int evaluate(trainer *t, const ac_batch_plan *plan, int keep_logits, double *val_loss,
+                    double *val_accuracy, ac_err *err)
 {
     ac_model *m = &t->model;
     ac_batch *b = &t->batch;
     int C = t->cfg.model.n_classes;
     double loss_sum = 0;
     int64_t correct = 0, seen = 0;
+    m->cfg.temperature = 1.0f;
     for (int64_t i = 0; i < plan->n_batches; i++) {
         ac_batch_fill(b, t->val_src, plan, i);
         float loss = ac_model_forward(m, b->ids, b->lengths, b->labels, b->B, b->T, 0, 0);
+        if (keep_logits) {
+            memcpy(t->val_logits + (size_t)seen * (size_t)C, m->act.logits,
+                   (size_t)b->B * (size_t)C * sizeof(float));
+            memcpy(t->val_labels + seen, b->labels, (size_t)b->B * sizeof(int32_t));
+        }
         if (!isfinite(loss))
             return non_finite_error(t, t->state.step, "the validation loss", loss, err);
         loss_sum += (double)loss * b->B;
@@ -888,7 +929,58 @@ static int evaluate(trainer *t, const ac_batch_plan *plan, double *val_loss, dou
     }
     *val_loss = seen ? loss_sum / (double)seen : NAN;
     *val_accuracy = seen ? (double)correct / (double)seen : NAN;
+    m->cfg.temperature = t->cfg.model.temperature;
     return 0;
+}
+
+/* Temperature scaling (one scalar, fitted on the validation logits just
+ * computed) and the calibration it gives on those rows: ECE and the
+ * reliability bins in t->val_metrics. The model and its config take the
+ * temperature, so the saves that follow carry it. */
+static int calibrate(trainer *t, double *temperature, double *ece, ac_err *err)
+{
+    int C = t->cfg.model.n_classes;
+    if (ac_temperature_fit(t->val_logits, t->val_labels, t->n_val, C, temperature, err))
+        return ac_err_prefix(err, "fitting the temperature on the validation rows");
+    /* Too few rows, or rows the model separates perfectly (the fit then runs
+     * to its lower bound and would only sharpen): keep the raw model. */
+    if (t->n_val < MIN_CALIBRATION_ROWS || *temperature <= AC_TEMPERATURE_MIN * 1.001)
+        *temperature = 1.0;
+    float temp = (float)*temperature;
+    t->cfg.model.temperature = temp;
+    t->model.cfg.temperature = temp;
+    ac_metrics_reset(&t->val_metrics);
+    for (int64_t i = 0; i < t->n_val; i++) {
+        float scaled[64];
+        const float *z = t->val_logits + (size_t)i * (size_t)C;
+        const float *row = z;
+        if (C <= 64) {
+            for (int c = 0; c < C; c++)
+                scaled[c] = z[c] / temp;
+            row = scaled;
+        }
+        softmax_rows(t->val_probs, row, 1, C);
+        int pred = ac_argmax(t->val_probs, C);
+        if (ac_metrics_add(&t->val_metrics, t->val_labels[i], pred, t->val_probs, 0.0, err))
+            return -1;
+    }
+    *ece = ac_metrics_ece(&t->val_metrics);
+    return 0;
+}
+
+static int write_calibration_svg(const trainer *t, double temperature, ac_err *err)
+{
+    ac_reliability r;
+    if (ac_metrics_reliability(&t->val_metrics, &r, err))
+        return -1;
+    char title[128];
+    snprintf(title, sizeof title, "Validation, temperature %.3g", temperature);
+    char *svg = ac_calibration_svg(&r, ac_metrics_ece(&t->val_metrics), (long)t->n_val, title);
+    if (!svg)
+        return ac_err_set(err, "out of memory");
+    int rc = ac_write_file_atomic(t->calibration_path, svg, strlen(svg), err);
+    free(svg);
+    return rc;
 }
 
 /* Evaluation and everything that follows it: metrics line, curves, best
@@ -898,8 +990,10 @@ static int evaluate(trainer *t, const ac_batch_plan *plan, double *val_loss, dou
 static int evaluate_and_save(trainer *t, session_stats *s, ac_train_result *res, ac_err *err)
 {
     double val_loss = NAN, val_accuracy = NAN, span_loss = NAN, span_accuracy = NAN;
-    if (t->n_val > 0 && (evaluate(t, &t->val_plan, &val_loss, &val_accuracy, err) ||
-                         evaluate(t, &t->span_plan, &span_loss, &span_accuracy, err)))
+    double temperature = NAN, ece = NAN;
+    if (t->n_val > 0 && (evaluate(t, &t->val_plan, 1, &val_loss, &val_accuracy, err) ||
+                         evaluate(t, &t->span_plan, 0, &span_loss, &span_accuracy, err) ||
+                         calibrate(t, &temperature, &ece, err)))
         return -1;
     ac_trainer_state *st = &t->state;
     ac_metric_point p = {
@@ -910,6 +1004,8 @@ static int evaluate_and_save(trainer *t, session_stats *s, ac_train_result *res,
         .val_loss = val_loss,
         .val_accuracy = val_accuracy,
         .span_accuracy = span_accuracy,
+        .temperature = temperature,
+        .val_ece = ece,
         .lr = s->last_lr,
         .tokens_per_s = s->time_since_eval > 0 ? s->tokens_since_eval / s->time_since_eval : NAN,
         .elapsed_s = t->elapsed_base + (now_s() - s->t0),
@@ -932,6 +1028,8 @@ static int evaluate_and_save(trainer *t, session_stats *s, ac_train_result *res,
         return -1;
     if (improved && save_best(t, err))
         return -1;
+    if (improved && t->n_val > 0 && write_calibration_svg(t, temperature, err))
+        return -1;
     st->train_loss_sum = 0;
     st->train_loss_count = 0;
     if (save_checkpoint(t, err))
@@ -948,6 +1046,8 @@ static int evaluate_and_save(trainer *t, session_stats *s, ac_train_result *res,
     ev.val_loss = val_loss;
     ev.val_accuracy = val_accuracy;
     ev.val_span_accuracy = span_accuracy;
+    ev.temperature = temperature;
+    ev.val_ece = ece;
     ev.improved = improved;
     ev.tokens_per_s = p.tokens_per_s;
     report(t, &ev);
