@@ -154,12 +154,14 @@ typedef struct {
 
 /* Random contiguous spans of rows, so that short texts are inside the
  * training distribution (and a fixed set of spans measures them). Each row is
- * cropped with probability frac to a span whose length is uniform in
- * [min_len, max_len] (a row no longer than the span stays whole); the draw is
- * a pure function of (key, row). keep_first keeps a leading <cls>. */
+ * cropped with probability frac to a span whose length is drawn from
+ * [min_len, max_len], uniform or log-uniform (a row no longer than the span
+ * stays whole); the draw is a pure function of (key, row). keep_first keeps a
+ * leading <cls>. */
 typedef struct {
     double frac;
     int min_len, max_len;
+    int log_uniform; /* lengths log-uniform: short spans as common as long ones */
     int keep_first;
     uint64_t key;
 } ac_crop_spec;

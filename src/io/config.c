@@ -72,7 +72,7 @@ void ac_config_defaults(ac_config *c)
         .vocab_max = 30002,
         .min_count = 2,
         .crop_frac = 0.5,
-        .crop_min = 5,
+        .crop_min = 1,
         .crop_max = 64,
         .label_smoothing = 0.0f,
         .token_dropout = 0.0f,

@@ -367,7 +367,18 @@ static void crop_of(const ac_corpus *c, int64_t row, const ac_crop_spec *crop, i
         return;
     int first = crop->keep_first && full > 0 ? 1 : 0;
     int64_t body = full - first;
-    int64_t span = crop->min_len + (int64_t)ac_rng_below(key, 1, (uint64_t)(crop->max_len - crop->min_len + 1));
+    int64_t span;
+    if (crop->log_uniform) {
+        /* as many spans of 1-2 words as of 32-64 */
+        double u = ac_rng_uniform(key, 1);
+        span = crop->min_len - 1 +
+               (int64_t)floor(exp(u * log((double)(crop->max_len - crop->min_len + 2))));
+        if (span > crop->max_len)
+            span = crop->max_len;
+    } else {
+        span = crop->min_len +
+               (int64_t)ac_rng_below(key, 1, (uint64_t)(crop->max_len - crop->min_len + 1));
+    }
     if (span >= body)
         return;
     int64_t at = first + (int64_t)ac_rng_below(key, 2, (uint64_t)(body - span + 1));

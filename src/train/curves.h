@@ -15,6 +15,7 @@ typedef struct {
     double val_loss;     /* NAN without validation rows */
     double val_accuracy; /* NAN without validation rows */
     double span_accuracy; /* short-span validation accuracy; NAN without validation rows */
+    double span_majority; /* share of the spans given the most frequent predicted class */
     double temperature;   /* fitted on the validation rows at this evaluation; NAN without */
     double val_ece;       /* validation ECE at that temperature */
     double lr;

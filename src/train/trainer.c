@@ -61,6 +61,7 @@ typedef struct {
     ac_metrics val_metrics;  /* calibration of the validation rows at the fitted temperature */
     int have_val_metrics;
     float *val_probs;        /* [C] scratch */
+    int64_t *val_predicted;  /* [C] predictions per class in one evaluation */
     ac_batch batch; /* buffers for batch_size x max_len */
     float *m1, *m2;
     ac_optim_config optim;
@@ -268,12 +269,14 @@ static int write_metrics_and_curves(const trainer *t, ac_err *err)
         return ac_err_set(err, "out of memory");
     for (int i = 0; i < t->n_points; i++) {
         const ac_metric_point *p = &t->points[i];
-        char epoch[32], tl[32], vl[32], va[32], sa[32], tp[32], ec[32], lr[32], tps[32], el[32];
+        char epoch[32], tl[32], vl[32], va[32], sa[32], sm[32], tp[32], ec[32], lr[32], tps[32],
+            el[32];
         format_number(epoch, sizeof epoch, p->epoch);
         format_number(tl, sizeof tl, p->train_loss);
         format_number(vl, sizeof vl, p->val_loss);
         format_number(va, sizeof va, p->val_accuracy);
         format_number(sa, sizeof sa, p->span_accuracy);
+        format_number(sm, sizeof sm, p->span_majority);
         format_number(tp, sizeof tp, p->temperature);
         format_number(ec, sizeof ec, p->val_ece);
         format_number(lr, sizeof lr, p->lr);
@@ -282,9 +285,9 @@ static int write_metrics_and_curves(const trainer *t, ac_err *err)
         int w = snprintf(text + len, cap - len,
                          "{\"step\": %ld, \"epoch\": %s, \"train_loss\": %s, \"val_loss\": %s, "
                          "\"val_accuracy\": %s, \"short_span_accuracy\": %s, "
-                         "\"temperature\": %s, \"val_ece\": %s, \"lr\": %s, "
-                         "\"tokens_per_s\": %s, \"elapsed_s\": %s}\n",
-                         p->step, epoch, tl, vl, va, sa, tp, ec, lr, tps, el);
+                         "\"short_span_majority\": %s, \"temperature\": %s, \"val_ece\": %s, "
+                         "\"lr\": %s, \"tokens_per_s\": %s, \"elapsed_s\": %s}\n",
+                         p->step, epoch, tl, vl, va, sa, sm, tp, ec, lr, tps, el);
         if (w < 0 || (size_t)w >= cap - len) {
             free(text);
             return ac_err_set(err, "internal error: metrics line too long");
@@ -359,6 +362,7 @@ static int load_metrics_until(trainer *t, long max_step, ac_err *err)
                     .val_loss = json_number(obj, "val_loss"),
                     .val_accuracy = json_number(obj, "val_accuracy"),
                     .span_accuracy = json_number(obj, "short_span_accuracy"),
+                    .span_majority = json_number(obj, "short_span_majority"),
                     .temperature = json_number(obj, "temperature"),
                     .val_ece = json_number(obj, "val_ece"),
                     .lr = json_number(obj, "lr"),
@@ -612,6 +616,7 @@ static int make_epoch_plan(trainer *t, int epoch, ac_err *err)
     ac_crop_spec crop = {.frac = tc->crop_frac,
                          .min_len = tc->crop_min,
                          .max_len = tc->crop_max,
+                         .log_uniform = 1,
                          .keep_first = t->cfg.model.pooling == AC_POOL_CLS,
                          .key = ac_rng_key(ac_rng_key(tc->seed, STREAM_CROP), (uint64_t)epoch)};
     if (ac_batch_plan_make_cropped(&t->plan, &t->train_corpus, t->train_idx, t->n_train,
@@ -677,7 +682,8 @@ static int setup(trainer *t, ac_err *err)
         t->val_logits = malloc((size_t)t->n_val * (size_t)C * sizeof *t->val_logits);
         t->val_labels = malloc((size_t)t->n_val * sizeof *t->val_labels);
         t->val_probs = malloc((size_t)C * sizeof *t->val_probs);
-        if (!t->val_logits || !t->val_labels || !t->val_probs)
+        t->val_predicted = malloc((size_t)C * sizeof *t->val_predicted);
+        if (!t->val_logits || !t->val_labels || !t->val_probs || !t->val_predicted)
             return ac_err_set(err, "out of memory for the validation logits");
         if (ac_metrics_init(&t->val_metrics, C, t->n_val, err))
             return -1;
@@ -776,6 +782,7 @@ static void trainer_free(trainer *t)
     free(t->val_logits);
     free(t->val_labels);
     free(t->val_probs);
+    free(t->val_predicted);
     if (t->have_val_metrics)
         ac_metrics_free(&t->val_metrics);
 }
@@ -898,13 +905,15 @@ static int train_step(trainer *t, session_stats *s, ac_err *err)
  * temperature 1 (the raw model; the temperature is fitted afterwards). With
  * keep_logits the logits and labels are kept in plan order for the fit. */
 static int evaluate(trainer *t, const ac_batch_plan *plan, int keep_logits, double *val_loss,
-                    double *val_accuracy, ac_err *err)
+                    double *val_accuracy, double *majority_share, ac_err *err)
 {
     ac_model *m = &t->model;
     ac_batch *b = &t->batch;
     int C = t->cfg.model.n_classes;
     double loss_sum = 0;
     int64_t correct = 0, seen = 0;
+    int64_t *predicted = t->val_predicted; /* [C] counts */
+    memset(predicted, 0, (size_t)C * sizeof *predicted);
     m->cfg.temperature = 1.0f;
     for (int64_t i = 0; i < plan->n_batches; i++) {
         ac_batch_fill(b, t->val_src, plan, i);
@@ -924,11 +933,16 @@ static int evaluate(trainer *t, const ac_batch_plan *plan, int keep_logits, doub
                 if (logits[c] > logits[best])
                     best = c;
             correct += best == b->labels[r];
+            predicted[best]++;
         }
         seen += b->B;
     }
     *val_loss = seen ? loss_sum / (double)seen : NAN;
     *val_accuracy = seen ? (double)correct / (double)seen : NAN;
+    int64_t most = 0;
+    for (int c = 0; c < C; c++)
+        most = predicted[c] > most ? predicted[c] : most;
+    *majority_share = seen ? (double)most / (double)seen : NAN;
     m->cfg.temperature = t->cfg.model.temperature;
     return 0;
 }
@@ -990,9 +1004,10 @@ static int write_calibration_svg(const trainer *t, double temperature, ac_err *e
 static int evaluate_and_save(trainer *t, session_stats *s, ac_train_result *res, ac_err *err)
 {
     double val_loss = NAN, val_accuracy = NAN, span_loss = NAN, span_accuracy = NAN;
-    double temperature = NAN, ece = NAN;
-    if (t->n_val > 0 && (evaluate(t, &t->val_plan, 1, &val_loss, &val_accuracy, err) ||
-                         evaluate(t, &t->span_plan, 0, &span_loss, &span_accuracy, err) ||
+    double temperature = NAN, ece = NAN, val_majority = NAN, span_majority = NAN;
+    if (t->n_val > 0 &&
+        (evaluate(t, &t->val_plan, 1, &val_loss, &val_accuracy, &val_majority, err) ||
+         evaluate(t, &t->span_plan, 0, &span_loss, &span_accuracy, &span_majority, err) ||
                          calibrate(t, &temperature, &ece, err)))
         return -1;
     ac_trainer_state *st = &t->state;
@@ -1004,6 +1019,7 @@ static int evaluate_and_save(trainer *t, session_stats *s, ac_train_result *res,
         .val_loss = val_loss,
         .val_accuracy = val_accuracy,
         .span_accuracy = span_accuracy,
+        .span_majority = span_majority,
         .temperature = temperature,
         .val_ece = ece,
         .lr = s->last_lr,
