@@ -634,7 +634,8 @@ START_TEST(test_predict_matches_eval)
     }
     const char *b1[] = {"predict", "--model", model, "--json", "--batch-size", "1", NULL};
     const char *b7[] = {"predict", "--model", model, "--json", "--batch-size", "7", NULL};
-    const char *csv[] = {"predict", "--model", model, "--json", "--csv", SAMPLE_TEST, NULL};
+    const char *csv[] = {"predict", "--model", model, "--json", "--csv", SAMPLE_TEST,
+                         "--batch-size", "7", NULL};
     result r1 = run_with_input(b1, input, len);
     result r7 = run_with_input(b7, input, len);
     result rc = run(csv);

@@ -33,6 +33,8 @@ typedef struct {
     size_t data_len;
     char **meta_keys, **meta_values; /* __metadata__ (string -> string) */
     int n_meta;
+    void *mapping;        /* ac_st_map: the whole file, mapped; data points into it */
+    size_t mapping_len;
 } ac_safetensors;
 
 /* Validates everything the reference library validates (size >= 8, header
@@ -47,6 +49,12 @@ typedef struct {
  * of 4 are aligned. Errors name the file and the tensor/field. */
 int ac_st_load(ac_safetensors *st, const char *path, ac_err *err);
 int ac_st_parse(ac_safetensors *st, const unsigned char *buf, size_t len, const char *name, ac_err *err);
+/* The same checks, but the file is mapped (private, copy-on-write) instead
+ * of read: only the pages used are ever read, so a model whose big tables a
+ * prediction barely touches loads in milliseconds. data points into the
+ * mapping (F32 aligned when the header length is a multiple of 4, as writers
+ * pad it to 8). Falls back to ac_st_load on a big-endian host. */
+int ac_st_map(ac_safetensors *st, const char *path, ac_err *err);
 const ac_st_tensor *ac_st_find(const ac_safetensors *st, const char *name);
 const float *ac_st_f32(const ac_safetensors *st, const ac_st_tensor *t); /* NULL if misaligned/not F32 */
 void ac_st_free(ac_safetensors *st);

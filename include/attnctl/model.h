@@ -142,7 +142,9 @@ typedef struct {
     int n_tensors;
     ac_param_info *table;
     size_t n_params;
-    float *params;   /* [n_params] */
+    float *params;   /* [n_params]; malloc'd, or inside params_mapping */
+    void *params_mapping; /* a mapped model file params points into (unmapped by free), or NULL */
+    size_t params_mapping_len;
     float *grads;    /* [n_params] */
     ac_param_ptrs p; /* views into params */
     ac_param_ptrs g; /* views into grads */
@@ -175,6 +177,11 @@ size_t ac_model_activation_bytes(const ac_model_config *cfg, int B, int T);
 /* Allocates activations for batches up to B x T (T <= max_len). Idempotent for smaller sizes. */
 int ac_model_alloc_activations(ac_model *m, int B, int T, ac_err *err);
 void ac_model_free(ac_model *m);
+
+/* Makes params (n_params floats, in table order) the model's parameters in
+ * place of its own buffer, e.g. the data of a mapped model file; mapping
+ * (may be NULL) is unmapped by ac_model_free. */
+void ac_model_adopt_params(ac_model *m, float *params, void *mapping, size_t mapping_len);
 
 /* Index of a tensor by name, or -1. */
 int ac_model_find_tensor(const ac_model *m, const char *name);

@@ -38,8 +38,33 @@ static void shape_text(char *out, size_t n, int ndim, const int64_t *shape)
         snprintf(out + used, n - used, "]");
 }
 
+/* Every tensor of the model at data offset 4 x its flat offset, and the data
+ * itself 4-byte aligned: the data section is the flat buffer. */
+static int in_table_order(const ac_safetensors *st, const ac_model *m)
+{
+    if ((uintptr_t)st->data % sizeof(float) != 0 ||
+        st->data_len != m->n_params * sizeof(float))
+        return 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const ac_st_tensor *t = ac_st_find(st, m->table[i].name);
+        if (!t || t->begin != m->table[i].offset * sizeof(float))
+            return 0;
+    }
+    return 1;
+}
+
+static int copy_tensors(const ac_safetensors *st, const ac_model *m, const char *prefix, float *dst,
+                        const char *path, ac_err *err);
+
+/* Presence, dtype and shape of every parameter tensor prefix+<name>. */
+static int check_tensors(const ac_safetensors *st, const ac_model *m, const char *prefix,
+                         const char *path, ac_err *err)
+{
+    return copy_tensors(st, m, prefix, NULL, path, err);
+}
+
 /* Copies tensor prefix+<param name> of st into dst (model layout) for every
- * parameter, after checking presence, dtype and shape. */
+ * parameter, after checking presence, dtype and shape (dst NULL: checks only). */
 static int copy_tensors(const ac_safetensors *st, const ac_model *m, const char *prefix, float *dst,
                         const char *path, ac_err *err)
 {
@@ -66,7 +91,8 @@ static int copy_tensors(const ac_safetensors *st, const ac_model *m, const char 
         const float *src = ac_st_f32(st, t);
         if (!src)
             return ac_err_set(err, "%s: tensor \"%s\": data not 4-byte aligned", path, name);
-        memcpy(dst + p->offset, src, p->numel * sizeof(float));
+        if (dst)
+            memcpy(dst + p->offset, src, p->numel * sizeof(float));
     }
     return 0;
 }
@@ -124,13 +150,22 @@ static int load_tensors(ac_model *m, const ac_model_config *mc, const char *dir,
     }
     ac_safetensors st;
     static const char *const NO_PREFIX[] = {""};
-    int rc = ac_st_load(&st, model_path, err) != 0 ||
-                     copy_tensors(&st, m, "", m->params, model_path, err) != 0 ||
-                     check_no_extras(&st, m, NO_PREFIX, 1, model_path, err) != 0
-                 ? -1
-                 : 0;
+    if (ac_st_map(&st, model_path, err) != 0 ||
+        check_tensors(&st, m, "", model_path, err) != 0 ||
+        check_no_extras(&st, m, NO_PREFIX, 1, model_path, err) != 0) {
+        ac_st_free(&st);
+        return -1;
+    }
+    if (st.mapping && in_table_order(&st, m)) {
+        /* The file's data is the flat parameter buffer: use it in place. */
+        ac_model_adopt_params(m, (float *)(void *)st.data, st.mapping, st.mapping_len);
+        st.mapping = NULL;
+        st.data = NULL;
+    } else {
+        copy_tensors(&st, m, "", m->params, model_path, err);
+    }
     ac_st_free(&st);
-    return rc;
+    return 0;
 }
 
 int ac_model_dir_load(ac_model_dir *md, const char *dir, ac_err *err)

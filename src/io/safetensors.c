@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -75,7 +76,10 @@ void ac_st_free(ac_safetensors *st)
     for (int i = 0; i < st->n; i++)
         free(st->tensors[i].name);
     free(st->tensors);
-    free(st->data);
+    if (st->mapping)
+        munmap(st->mapping, st->mapping_len);
+    else
+        free(st->data);
     for (int i = 0; i < st->n_meta; i++) {
         free(st->meta_keys[i]);
         free(st->meta_values[i]);
@@ -509,6 +513,63 @@ fail:
     close(fd);
     ac_st_free(st);
     return -1;
+}
+
+int ac_st_map(ac_safetensors *st, const char *path, ac_err *err)
+{
+    if (!host_is_little_endian())
+        return ac_st_load(st, path, err);
+    memset(st, 0, sizeof *st);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return ac_err_set(err, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        return ac_err_set(err, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return ac_err_set(err, "%s: not a regular file", path);
+    }
+    uint64_t file_len = (uint64_t)sb.st_size;
+    if (file_len < 8) {
+        close(fd);
+        return ac_err_set(err, "%s: %llu bytes: too short for a safetensors file (8-byte header length)",
+                          path, (unsigned long long)file_len);
+    }
+    if (file_len > SIZE_MAX) {
+        close(fd);
+        return ac_err_set(err, "%s: file too large for this machine", path);
+    }
+    /* Writable private pages: a model may train from the mapping (its
+     * changes are its own; the file never changes). */
+    unsigned char *base = mmap(NULL, (size_t)file_len, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    int e = errno;
+    close(fd);
+    if (base == MAP_FAILED)
+        return ac_err_set(err, "%s: cannot map: %s", path, strerror(e));
+    uint64_t header_len = read_le64(base);
+    if (check_prefix(header_len, file_len, path, err) != 0) {
+        munmap(base, (size_t)file_len);
+        return -1;
+    }
+    if (header_len % sizeof(float) != 0) { /* unaligned data: read a copy instead */
+        munmap(base, (size_t)file_len);
+        return ac_st_load(st, path, err);
+    }
+    size_t data_len = (size_t)(file_len - 8 - header_len);
+    if (parse_header(st, base + 8, (size_t)header_len, data_len, path, err) != 0) {
+        munmap(base, (size_t)file_len);
+        ac_st_free(st);
+        return -1;
+    }
+    st->mapping = base;
+    st->mapping_len = (size_t)file_len;
+    st->data = base + 8 + header_len;
+    st->data_len = data_len;
+    return 0;
 }
 
 /* ------------------------------------------------------------------ writing */

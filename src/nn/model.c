@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 _Static_assert(sizeof(int32_t) == sizeof(float), "pool_argmax shares the float activation block");
@@ -271,6 +272,18 @@ void ac_model_init_weights(ac_model *m, uint64_t seed)
     }
 }
 
+void ac_model_adopt_params(ac_model *m, float *params, void *mapping, size_t mapping_len)
+{
+    if (m->params_mapping)
+        munmap(m->params_mapping, m->params_mapping_len);
+    else
+        free(m->params);
+    m->params = params;
+    m->params_mapping = mapping;
+    m->params_mapping_len = mapping_len;
+    fill_ptrs(&m->p, m->params, m);
+}
+
 int ac_model_find_tensor(const ac_model *m, const char *name)
 {
     for (int i = 0; i < m->n_tensors; i++)
@@ -284,7 +297,10 @@ void ac_model_free(ac_model *m)
     if (!m)
         return;
     free(m->table);
-    free(m->params);
+    if (m->params_mapping)
+        munmap(m->params_mapping, m->params_mapping_len);
+    else
+        free(m->params);
     free(m->grads);
     free(m->pos_table);
     free(m->ngram_mark);
