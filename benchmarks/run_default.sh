@@ -78,6 +78,14 @@ train_s = float(t1) - float(t0)
 model_cfg = json.load(open(tmp + "/model/config.json"))
 val_acc = model_cfg.get("provenance", {}).get("best_val_accuracy")
 seed = model_cfg.get("training", {}).get("seed")
+temperature = model_cfg.get("model", {}).get("temperature")
+# the evaluation of the kept model: the first with the best validation accuracy
+span_val = None
+best = None
+for line in open(tmp + "/model/metrics.jsonl"):
+    rec = json.loads(line)
+    if rec.get("val_accuracy") is not None and (best is None or rec["val_accuracy"] > best):
+        best, span_val = rec["val_accuracy"], rec.get("short_span_accuracy")
 
 def load(name):
     r = json.load(open("%s/%s.json" % (tmp, name)))
@@ -101,7 +109,8 @@ print("cpu              %s" % cpu)
 print("config           %s%s" % (config, " " + extra if extra else ""))
 print("commit           %s" % commit)
 print("training         %.1f s (%dm%02ds)" % (train_s, m, s))
-print("val accuracy     %s" % fmt(val_acc))
+print("val accuracy     %s   short-span val %s   temperature %s"
+      % (fmt(val_acc), fmt(span_val), fmt(temperature, "%.3f")))
 print("IMDB test        accuracy %s   ECE %s   Brier %s   positive %s   (%d rows)"
       % (fmt(test["accuracy"]), fmt(test.get("ece")), fmt(test.get("brier")),
          pct(test["positive_share"]), test["count"]))
@@ -114,6 +123,7 @@ line = {
     "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
     "commit": commit, "recipe": config, "extra_args": extra, "seed": seed, "cpu": cpu,
     "train_seconds": round(train_s, 2), "val_accuracy": val_acc,
+    "short_span_val_accuracy": span_val, "temperature": temperature,
     "test_accuracy": test["accuracy"], "test_positive_share": test["positive_share"],
     "test_macro_f1": test.get("macro_f1"), "test_roc_auc": test.get("roc_auc"),
     "ece": test.get("ece"), "brier": test.get("brier"),
