@@ -731,9 +731,43 @@ START_TEST(test_config_presets)
 
     ac_config_defaults(&c);
     ck_assert_msg(ac_config_load(&c, "models/default.json", 0, &err) == 0, "%s", err.msg);
-    ck_assert_int_eq(c.model.max_len, 512);
-    ck_assert_int_eq(c.model.pooling, AC_POOL_MEAN);
-    ck_assert_int_eq(c.tokenizer.truncation, AC_TRUNC_HEAD_TAIL);
+    /* The recipe a user gets with no options is models/default.json: loading
+     * it over the built-in defaults changes nothing, and it names every
+     * model, tokenizer and training setting (so it cannot drift silently). */
+    ac_config builtin;
+    ac_config_defaults(&builtin);
+    char *a = ac_config_to_json(&builtin), *b = ac_config_to_json(&c);
+    ck_assert_str_eq(a, b);
+    free(a);
+    free(b);
+    ac_config_free(&builtin);
+    ac_config_free(&c);
+    char *text = NULL;
+    size_t text_len = 0;
+    ck_assert_msg(ac_read_file("models/default.json", 1 << 20, &text, &text_len, &err) == 0, "%s",
+                  err.msg);
+    cJSON *root = cJSON_Parse(text);
+    ck_assert_ptr_nonnull(root);
+    ac_config_defaults(&c);
+    char *full = ac_config_to_json(&c);
+    cJSON *all = cJSON_Parse(full);
+    static const char *const sections[] = {"model", "tokenizer", "training"};
+    for (int k = 0; k < 3; k++) {
+        const cJSON *want = cJSON_GetObjectItemCaseSensitive(all, sections[k]);
+        const cJSON *have = cJSON_GetObjectItemCaseSensitive(root, sections[k]);
+        for (const cJSON *key = want->child; key; key = key->next) {
+            /* known only after reading the data, or the hashing constant */
+            if (!strcmp(key->string, "n_classes") || !strcmp(key->string, "ngram_hash") ||
+                !strcmp(key->string, "temperature") || !strcmp(key->string, "seed"))
+                continue;
+            ck_assert_msg(cJSON_GetObjectItemCaseSensitive(have, key->string) != NULL,
+                          "models/default.json: %s.%s is not set", sections[k], key->string);
+        }
+    }
+    cJSON_Delete(root);
+    cJSON_Delete(all);
+    free(full);
+    free(text);
     ac_config_free(&c);
 
     const struct { const char *path; int layers, d, heads, ff, len; } bench[] = {

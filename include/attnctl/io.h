@@ -92,6 +92,7 @@ typedef struct {
     int crop_min, crop_max;
     float label_smoothing; /* 0: plain cross-entropy */
     float token_dropout;   /* share of training tokens replaced by <unk> */
+    float ema;             /* decay of the averaged weights used for evaluation and saving; 0 = off */
 } ac_train_config;
 
 typedef struct {

@@ -32,7 +32,7 @@ enum {
     OPT_MIN_COUNT, OPT_POOLING, OPT_LAYERS, OPT_D_MODEL, OPT_HEADS, OPT_FF, OPT_VAL_SPLIT,
     OPT_VAL_FILE, OPT_PATIENCE, OPT_EVAL_EVERY, OPT_SEED, OPT_THREADS, OPT_TEXT_COLUMN,
     OPT_LABEL_COLUMN, OPT_MAX_STEPS, OPT_RESUME, OPT_QUIET, OPT_HELP, OPT_POSITIONS, OPT_NGRAMS,
-    OPT_NGRAM_BUCKETS, OPT_CROP, OPT_CROP_MIN, OPT_CROP_MAX, OPT_LABEL_SMOOTHING, OPT_TOKEN_DROPOUT, OPT_END
+    OPT_NGRAM_BUCKETS, OPT_CROP, OPT_CROP_MIN, OPT_CROP_MAX, OPT_LABEL_SMOOTHING, OPT_TOKEN_DROPOUT, OPT_EMA, OPT_END
 };
 
 static const struct option LONG_OPTIONS[] = {
@@ -73,6 +73,7 @@ static const struct option LONG_OPTIONS[] = {
     {"crop-max", required_argument, NULL, OPT_CROP_MAX},
     {"label-smoothing", required_argument, NULL, OPT_LABEL_SMOOTHING},
     {"token-dropout", required_argument, NULL, OPT_TOKEN_DROPOUT},
+    {"ema", required_argument, NULL, OPT_EMA},
     {"quiet", no_argument, NULL, OPT_QUIET},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
@@ -139,6 +140,8 @@ static void print_help(void)
            "                         span lengths of the crops [%d, %d]\n"
            "      --label-smoothing X  target (1-X) on the label and X spread over all classes [%g]\n"
            "      --token-dropout X  share of training tokens replaced by <unk> [%g]\n"
+           "      --ema X            evaluate and save a moving average of the weights with\n"
+           "                         decay X per step (e.g. 0.998); 0 = the weights themselves [%g]\n"
            "      --max-steps N      stop after N steps in all, 0 = no limit; the schedule still\n"
            "                         spans all epochs, so the run can be resumed and continued\n"
            "      --seed N           seed of every random choice; the same seed gives the same\n"
@@ -171,7 +174,8 @@ static void print_help(void)
            t->epochs, t->batch_size, (double)t->optim.lr, ac_schedule_name(t->optim.schedule),
            t->warmup_frac, (double)t->optim.weight_decay, (double)t->optim.clip_norm,
            t->val_split, t->eval_every, t->patience, t->crop_frac, t->crop_min, t->crop_max,
-           (double)t->label_smoothing, (double)t->token_dropout, (unsigned long long)t->seed,
+           (double)t->label_smoothing, (double)t->token_dropout, (double)t->ema,
+           (unsigned long long)t->seed,
            d.model.n_layers, d.model.d_model, d.model.n_heads, d.model.d_ff,
            (double)d.model.dropout, ac_pooling_name(d.model.pooling),
            ac_positions_name(d.model.positions), d.model.ngram_order, d.model.ngram_buckets,
@@ -317,6 +321,7 @@ static int parse_value(train_args *a, int id, const char *arg)
     case OPT_DROPOUT:
     case OPT_LABEL_SMOOTHING:
     case OPT_TOKEN_DROPOUT:
+    case OPT_EMA:
     case OPT_VAL_SPLIT:
         if (cli_parse_double(arg, 0, 1, &d) || d >= 1)
             return bad_value(id, arg, "a number with 0 <= X < 1");
@@ -458,6 +463,7 @@ static void apply_overrides(ac_config *c, const train_args *a)
     if (v[OPT_CROP_MAX].set) c->training.crop_max = (int)v[OPT_CROP_MAX].i;
     if (v[OPT_LABEL_SMOOTHING].set) c->training.label_smoothing = (float)v[OPT_LABEL_SMOOTHING].d;
     if (v[OPT_TOKEN_DROPOUT].set) c->training.token_dropout = (float)v[OPT_TOKEN_DROPOUT].d;
+    if (v[OPT_EMA].set) c->training.ema = (float)v[OPT_EMA].d;
     if (v[OPT_MAX_LEN].set) c->model.max_len = (int)v[OPT_MAX_LEN].i;
     if (v[OPT_POOLING].set) c->model.pooling = (ac_pooling)v[OPT_POOLING].i;
     if (v[OPT_LAYERS].set) c->model.n_layers = (int)v[OPT_LAYERS].i;

@@ -76,6 +76,7 @@ void ac_config_defaults(ac_config *c)
         .crop_max = 64,
         .label_smoothing = 0.0f,
         .token_dropout = 0.0f,
+        .ema = 0.0f,
     };
     snprintf(c->provenance.version, sizeof c->provenance.version, "%s", AC_VERSION);
     c->provenance.best_val_accuracy = -1.0;
@@ -126,7 +127,7 @@ static const struct {
 } LEGACY_VALUES[] = {
     {"positions", AC_POS_SINUSOIDAL}, {"ngram_order", 1}, {"ngram_buckets", 0},
     {"temperature", 1}, {"crop_frac", 0}, {"crop_min", 5}, {"crop_max", 64},
-    {"label_smoothing", 0}, {"token_dropout", 0},
+    {"label_smoothing", 0}, {"token_dropout", 0}, {"ema", 0},
 };
 
 typedef struct {
@@ -198,6 +199,7 @@ static const key_spec TRAINING_KEYS[] = {
     {"crop_max", K_INT, AT(training.crop_max), 1, 65536, SINCE_0_2, 0},
     {"label_smoothing", K_FLOAT, AT(training.label_smoothing), 0, 1, HI_OPEN | SINCE_0_2, 0},
     {"token_dropout", K_FLOAT, AT(training.token_dropout), 0, 1, HI_OPEN | SINCE_0_2, 0},
+    {"ema", K_FLOAT, AT(training.ema), 0, 1, HI_OPEN | SINCE_0_2, 0},
 };
 
 static const key_spec PROVENANCE_KEYS[] = {
