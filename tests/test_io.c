@@ -821,7 +821,7 @@ static const config_case CONFIG_CASES[] = {
     {"{\"model\": {}, \"model\": {}}", 0, "x.json: model: duplicate key"},
     {"{\"tokenizer\": {\"nfkc\": 1}}", 0, "x.json: tokenizer.nfkc: must be true or false (got 1)"},
     {"{\"tokenizer\": {\"truncation\": \"middle\"}}", 0, "x.json: tokenizer.truncation: must be one of"},
-    {"{\"tokenizer\": {\"head_tokens\": 300}}", 0, "x.json: tokenizer.head_tokens: 300 exceeds model.max_len (256)"},
+    {"{\"tokenizer\": {\"head_tokens\": 3000}}", 0, "x.json: tokenizer.head_tokens: 3000 exceeds model.max_len (1024)"},
     {"{\"training\": {\"lr\": 0}}", 0, "x.json: training.lr: must be a number in (0, 10] (got 0)"},
     {"{\"training\": {\"lr\": null}}", 0, "x.json: training.lr: must be a number in (0, 10] (got null)"},
     {"{\"training\": {\"epochs\": 0}}", 0, "x.json: training.epochs: must be an integer in 1..1000000"},
@@ -897,7 +897,7 @@ START_TEST(test_config_float_rounding)
                       "accepted: %s", rejected[i].json);
         ck_assert_msg(strstr(err.msg, rejected[i].want) != NULL, "expected \"%s\" in: %s",
                       rejected[i].want, err.msg);
-        ck_assert(c.model.dropout == 0.1f); /* unchanged */
+        ck_assert(c.model.dropout == 0.3f); /* unchanged: the default */
     }
     /* close to the bounds but representable: accepted, valid, and written back the same */
     const char *fine = "{\"labels\": [\"a\", \"b\"], \"model\": {\"dropout\": 0.9999999, "
@@ -989,7 +989,7 @@ START_TEST(test_config_of_version_0_1_loads)
         "    \"positions\": \"learned\",\n", "    \"ngram_order\": 2,\n",
         "    \"ngram_buckets\": 262144,\n", "    \"temperature\": 1\n",
         "    \"crop_frac\": 0.5,\n", "    \"crop_min\": 1,\n", "    \"crop_max\": 64,\n",
-        "    \"label_smoothing\": 0,\n", "    \"token_dropout\": 0\n",
+        "    \"label_smoothing\": 0,\n", "    \"token_dropout\": 0.1,\n", "    \"ema\": 0\n",
     };
     for (size_t i = 0; i < sizeof added / sizeof added[0]; i++) {
         char *cut = replace_first(text, added[i], "");
@@ -1017,6 +1017,7 @@ START_TEST(test_config_of_version_0_1_loads)
     ck_assert(d.training.crop_frac == 0.0);
     ck_assert(d.training.label_smoothing == 0.0f);
     ck_assert(d.training.token_dropout == 0.0f);
+    ck_assert(d.training.ema == 0.0f);
     /* a key of 0.1 is still required */
     char *no_dff = replace_first(text, "    \"d_ff\": 256,\n", "");
     ck_assert_int_eq(ac_config_parse(&d, no_dff, strlen(no_dff), "old.json", 1, &err), -1);
@@ -1045,7 +1046,7 @@ START_TEST(test_config_missing_keys)
     const struct { const char *cut; const char *want; } cases[] = {
         {"    \"d_ff\": 256,\n", "x.json: model.d_ff: missing required key"},
         {"    \"casefold\": true,\n", "x.json: tokenizer.casefold: missing required key"},
-        {"    \"token_dropout\": 0\n", NULL /* leaves a trailing comma: not JSON */},
+        {"    \"ema\": 0\n", NULL /* leaves a trailing comma: not JSON */},
         {"    \"seed\": 1,\n", "x.json: training.seed: missing required key"},
         {"    \"date\": \"\",\n", "x.json: provenance.date: missing required key"},
         {"  \"labels\": [\"negative\", \"positive\"],\n", "x.json: labels: missing required key"},

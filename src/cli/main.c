@@ -114,6 +114,13 @@ static int unknown_command(const char *name)
 
 int main(int argc, char **argv)
 {
+    /* `train` turns SIGINT/SIGTERM into a clean stop, but only once its
+     * handlers are in place; a signal in the first milliseconds (start-up,
+     * the re-exec below) would kill it instead. Blocked signals stay blocked
+     * and pending across exec, so block them now and let train unblock them
+     * after installing its handlers. */
+    if (argc >= 2 && strcmp(argv[1], "train") == 0)
+        cli_block_stop_signals(1);
     openblas_setup(argv);
     /* Past a file-size limit (ulimit -f) a write must fail with EFBIG and go
      * through the error path, which removes temporary files and keeps the

@@ -675,6 +675,7 @@ int cmd_train(int argc, char **argv)
      * data, which takes seconds on a big file). */
     install_stop_handlers(&saved);
     have_handlers = 1;
+    cli_block_stop_signals(0); /* one that came during start-up is handled now */
 
     ac_read_options ro = {.text_column = text_column, .label_column = label_column,
                           .need_label = 1};

@@ -23,14 +23,14 @@ void ac_config_defaults(ac_config *c)
     memset(c, 0, sizeof *c);
     c->model = (ac_model_config){
         .vocab_size = 30002,
-        .max_len = 256,
+        .max_len = 1024,
         .d_model = 64,
         .n_heads = 4,
         .d_ff = 256,
         .n_layers = 1,
         .n_classes = 2,
         .pooling = AC_POOL_MEAN,
-        .dropout = 0.1f,
+        .dropout = 0.3f,
         .ln_eps = 1e-6f,
         .positions = AC_POS_LEARNED,
         .ngram_order = 2,
@@ -75,7 +75,7 @@ void ac_config_defaults(ac_config *c)
         .crop_min = 1,
         .crop_max = 64,
         .label_smoothing = 0.0f,
-        .token_dropout = 0.0f,
+        .token_dropout = 0.1f,
         .ema = 0.0f,
     };
     snprintf(c->provenance.version, sizeof c->provenance.version, "%s", AC_VERSION);
