@@ -99,6 +99,10 @@ int ac_attribution_setup(ac_attribution *a, ac_model *m, ac_attr_method method, 
  * Allocates nothing. Returns 0, or -1 with err when an id is out of range or
  * n is outside 1..max_T. */
 int ac_attribution_run(ac_attribution *a, const int32_t *ids, int n, ac_err *err);
+/* The relative completeness gap of class c in the last run:
+ * |gap[c]| / max(|logit[c] - baseline_logit[c]|, AC_ATTR_GAP_FLOOR)
+ * (delta is this for the predicted class). */
+double ac_attribution_delta(const ac_attribution *a, int c);
 void ac_attribution_free(ac_attribution *a);
 
 #endif

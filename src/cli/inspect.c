@@ -8,6 +8,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include "attnctl/attribution.h"
 #include "attnctl/io.h"
 #include "attnctl/model.h"
 #include "attnctl/text.h"
@@ -16,6 +17,8 @@
 #include "review.h"
 
 #define STDIN_MAX_BYTES (64u << 20)
+/* --steps at most (the batch is steps + 1 rows of the review). */
+#define INSPECT_MAX_STEPS 4096
 
 typedef enum { FORMAT_TEXT, FORMAT_JSON, FORMAT_SVG, FORMAT_HTML } inspect_format;
 
@@ -37,6 +40,15 @@ static const char usage_text[] =
     "                         shaded review and every map (the first 128 tokens)\n"
     "                   Without --format, --out FILE picks it from the file name's\n"
     "                   ending (.json, .svg, .html/.htm, .txt).\n"
+    "  --attribution M  which words pushed the prediction, and which way:\n"
+    "                   ig: integrated gradients of each class's logit with respect\n"
+    "                       to the input embeddings, from a baseline of <pad> tokens\n"
+    "                       at the same positions (the default)\n"
+    "                   gradxinput: gradient x (input - baseline), one backward pass\n"
+    "                   none: attention only\n"
+    "  --steps S        integrated gradients: trapezoid intervals to start with\n"
+    "                   (default 32); doubled while the completeness gap is over\n"
+    "                   1 %, up to 1024\n"
     "  --layer L        only layer L (counted from 0)\n"
     "  --head H         only head H (counted from 0)\n"
     "  --out FILE       write to FILE (replaced atomically) instead of standard output\n"
@@ -44,7 +56,8 @@ static const char usage_text[] =
     "  -h, --help       show this help\n"
     "\n"
     "The text format uses colour when standard output is a terminal and NO_COLOR is\n"
-    "not set; otherwise each token is followed by its weight, e.g. great(0.210).\n";
+    "not set; otherwise each token is followed by its weight, e.g. great(0.210), and\n"
+    "by its attribution in the attribution block, e.g. great[+1.234].\n";
 
 static int parse_format(const char *s, inspect_format *out)
 {
@@ -131,6 +144,9 @@ typedef struct {
     cli_review r;
     float *attention;
     float *token_weight;
+    float *probs;  /* [C] of the inspect forward */
+    double *logits; /* [C] raw */
+    ac_attribution attr;
 } inspect_data;
 
 static void inspect_data_free(inspect_data *d)
@@ -138,6 +154,9 @@ static void inspect_data_free(inspect_data *d)
     cli_review_free(&d->r);
     free(d->attention);
     free(d->token_weight);
+    free(d->probs);
+    free(d->logits);
+    ac_attribution_free(&d->attr);
     memset(d, 0, sizeof *d);
 }
 
@@ -241,6 +260,8 @@ typedef struct {
     int format_given;
     long layer, head; /* -1: all */
     const char *layer_arg, *head_arg;
+    ac_attr_method attribution;
+    long steps;
     char *text;       /* owned */
     size_t text_len;
 } inspect_options;
@@ -248,15 +269,20 @@ typedef struct {
 /* Returns -1 to go on, else the exit status. */
 static int parse_options(inspect_options *o, int argc, char **argv)
 {
-    enum { OPT_MODEL = 256, OPT_FORMAT, OPT_LAYER, OPT_HEAD, OPT_OUT, OPT_THREADS };
+    enum { OPT_MODEL = 256, OPT_FORMAT, OPT_LAYER, OPT_HEAD, OPT_OUT, OPT_THREADS, OPT_ATTRIBUTION,
+           OPT_STEPS };
     static const struct option longopts[] = {
         {"model", required_argument, NULL, OPT_MODEL},   {"format", required_argument, NULL, OPT_FORMAT},
         {"layer", required_argument, NULL, OPT_LAYER},   {"head", required_argument, NULL, OPT_HEAD},
         {"out", required_argument, NULL, OPT_OUT},       {"threads", required_argument, NULL, OPT_THREADS},
+        {"attribution", required_argument, NULL, OPT_ATTRIBUTION},
+        {"steps", required_argument, NULL, OPT_STEPS},
         {"help", no_argument, NULL, 'h'},                {NULL, 0, NULL, 0},
     };
     memset(o, 0, sizeof *o);
     o->layer = o->head = -1;
+    o->attribution = AC_ATTR_IG;
+    o->steps = AC_IG_DEFAULT_STEPS;
     long threads = 0;
     optind = 0; /* full reset: the parser may have run before in this process */
     opterr = 0;
@@ -284,6 +310,16 @@ static int parse_options(inspect_options *o, int argc, char **argv)
         case OPT_THREADS:
             if (cli_parse_int(optarg, 1, 4096, &threads) != 0)
                 return cli_usage_error("inspect", "--threads: '%s' is not a number from 1 to 4096", optarg);
+            break;
+        case OPT_ATTRIBUTION:
+            if (ac_attr_method_parse(optarg, &o->attribution) != 0)
+                return cli_usage_error("inspect", "--attribution: unknown method '%s' (ig, gradxinput or none)",
+                                       optarg);
+            break;
+        case OPT_STEPS:
+            if (cli_parse_int(optarg, 1, INSPECT_MAX_STEPS, &o->steps) != 0)
+                return cli_usage_error("inspect", "--steps: '%s' is not a number from 1 to %d", optarg,
+                                       INSPECT_MAX_STEPS);
             break;
         case 'h':
             fputs(usage_text, stdout);
@@ -388,10 +424,31 @@ static int run_inspect(inspect_options *o)
     char measure[256];
     pooled_weights(&d, m, measure, sizeof measure);
 
+    const int C = m->cfg.n_classes;
     int predicted = 0;
-    for (int c = 1; c < m->cfg.n_classes; c++)
+    for (int c = 1; c < C; c++)
         if (m->act.probs_out[c] > m->act.probs_out[predicted])
             predicted = c;
+    /* The attributions run the model again: keep this forward's numbers. */
+    d.probs = malloc((size_t)C * sizeof *d.probs);
+    d.logits = malloc((size_t)C * sizeof *d.logits);
+    if (!d.probs || !d.logits) {
+        rc = cli_error("inspect: out of memory");
+        goto done;
+    }
+    memcpy(d.probs, m->act.probs_out, (size_t)C * sizeof *d.probs);
+    for (int c = 0; c < C; c++)
+        d.logits[c] = m->act.logits[c];
+    double delta = 0.0;
+    if (o->attribution != AC_ATTR_NONE) {
+        int max_steps = o->steps > AC_IG_MAX_STEPS ? (int)o->steps : AC_IG_MAX_STEPS;
+        if (ac_attribution_setup(&d.attr, m, o->attribution, n, (int)o->steps, max_steps, &err) != 0 ||
+            ac_attribution_run(&d.attr, d.r.ids, n, &err) != 0) {
+            rc = cli_error("inspect: %s", err.msg);
+            goto done;
+        }
+        delta = ac_attribution_delta(&d.attr, predicted);
+    }
 
     inspect_view v = {
         .n = n,
@@ -408,11 +465,20 @@ static int run_inspect(inspect_options *o)
         .attention = d.attention,
         .n_classes = m->cfg.n_classes,
         .labels = md.config.labels,
-        .probs = m->act.probs_out,
+        .probs = d.probs,
         .predicted = predicted,
         .pooling = m->cfg.pooling,
         .token_weight = d.token_weight,
         .weight_measure = measure,
+        .attribution = o->attribution,
+        /* with attributions, the logits of the same batch as the baseline's,
+         * so that the scores add up to their difference */
+        .logits = o->attribution != AC_ATTR_NONE ? d.attr.logits : d.logits,
+        .baseline_logits = d.attr.baseline_logits,
+        .attr_scores = d.attr.scores,
+        .attr_steps = d.attr.steps,
+        .attr_delta = delta,
+        .attr_baseline = m->cfg.pooling == AC_POOL_CLS ? INSPECT_BASELINE_CLS : INSPECT_BASELINE,
     };
     switch (o->format) {
     case FORMAT_JSON: render_json(&buf, &v); break;

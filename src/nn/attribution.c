@@ -168,8 +168,13 @@ static void finish(ac_attribution *a, int n, int steps)
         }
         a->gap[c] = sum - (a->logits[c] - a->baseline_logits[c]);
     }
-    double change = fabs(a->logits[p] - a->baseline_logits[p]);
-    a->delta = fabs(a->gap[p]) / (change > AC_ATTR_GAP_FLOOR ? change : AC_ATTR_GAP_FLOOR);
+    a->delta = ac_attribution_delta(a, p);
+}
+
+double ac_attribution_delta(const ac_attribution *a, int c)
+{
+    double change = fabs(a->logits[c] - a->baseline_logits[c]);
+    return fabs(a->gap[c]) / (change > AC_ATTR_GAP_FLOOR ? change : AC_ATTR_GAP_FLOOR);
 }
 
 int ac_attribution_run(ac_attribution *a, const int32_t *ids, int n, ac_err *err)
