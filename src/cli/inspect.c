@@ -48,7 +48,7 @@ static const char usage_text[] =
     "                   none: attention only\n"
     "  --steps S        integrated gradients: trapezoid intervals to start with\n"
     "                   (default 32); doubled while the completeness gap is over\n"
-    "                   1 %, up to 1024\n"
+    "                   1 %, up to 16384 steps or 2^20 steps x tokens (at least 1024)\n"
     "  --layer L        only layer L (counted from 0)\n"
     "  --head H         only head H (counted from 0)\n"
     "  --out FILE       write to FILE (replaced atomically) instead of standard output\n"

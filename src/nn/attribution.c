@@ -218,7 +218,12 @@ int ac_attribution_run(ac_attribution *a, const int32_t *ids, int n, ac_err *err
     finish(a, n, S);
     /* Not complete enough: halve the intervals; only the new midpoints
      * (2k + 1) / 2S are evaluated, in batches of at most `rows`. */
-    while (a->delta > AC_ATTR_TOLERANCE && 2 * (long)S <= a->max_steps) {
+    long limit = AC_IG_STEP_BUDGET / n;
+    if (limit < AC_IG_MIN_REFINE)
+        limit = AC_IG_MIN_REFINE;
+    if (limit > a->max_steps)
+        limit = a->max_steps;
+    while (a->delta > AC_ATTR_TOLERANCE && 2 * (long)S <= limit) {
         for (int k0 = 0; k0 < S; k0 += a->rows) {
             int count = S - k0 < a->rows ? S - k0 : a->rows;
             for (int r = 0; r < count; r++) {
