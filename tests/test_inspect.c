@@ -1205,6 +1205,52 @@ START_TEST(test_attribution_options)
 }
 END_TEST
 
+/* Attributions are of the raw logits: a model with a fitted temperature (2)
+ * reports the same logits and scores as the same weights without one, and
+ * its probabilities are softmax(logits / 2). */
+START_TEST(test_attribution_ignores_temperature)
+{
+    char dir[300], model[400], warm[400];
+    scratch_dir(dir, sizeof dir, "attribution-temperature");
+    join(model, sizeof model, dir, "model");
+    join(warm, sizeof warm, dir, "warm");
+    make_model(model, &MAX2x2);
+    ac_model_dir md;
+    ac_err err = {{0}};
+    ck_assert_msg(ac_model_dir_load(&md, model, &err) == 0, "%s", err.msg);
+    md.config.model.temperature = 2.0f;
+    md.model.cfg.temperature = 2.0f;
+    ck_assert_msg(ac_model_dir_save(warm, &md.config, &md.vocab, &md.model, NULL, NULL, NULL, &err) == 0, "%s",
+                  err.msg);
+    ac_model_dir_free(&md);
+    const char *text = "a terrible story , but fun acting !";
+    run_result r1, r2;
+    run_inspect(&r1, dir, (const char *const[]){"--model", model, "--format", "json", text, NULL}, NULL, NO_ENV);
+    run_inspect(&r2, dir, (const char *const[]){"--model", warm, "--format", "json", text, NULL}, NULL, NO_ENV);
+    cJSON *j1 = parse_json_output(&r1), *j2 = parse_json_output(&r2);
+    check_json_dump(j1, model, text, 2, 2);
+    const char *names[2] = {"negative", "positive"};
+    double z[2];
+    for (int c = 0; c < 2; c++) {
+        z[c] = get(get(j2, "logits"), names[c])->valuedouble;
+        ck_assert(z[c] == get(get(j1, "logits"), names[c])->valuedouble);
+        ck_assert(get(get(j2, "baseline_logits"), names[c])->valuedouble ==
+                  get(get(j1, "baseline_logits"), names[c])->valuedouble);
+        cJSON *a1 = get(get(j1, "attributions"), names[c]), *a2 = get(get(j2, "attributions"), names[c]);
+        for (int i = 0; i < cJSON_GetArraySize(a1); i++)
+            ck_assert(cJSON_GetArrayItem(a1, i)->valuedouble == cJSON_GetArrayItem(a2, i)->valuedouble);
+    }
+    double p1 = 1.0 / (1.0 + exp((z[0] - z[1]) / 2.0));
+    ck_assert_msg(fabs(p1 - get(get(j2, "probabilities"), "positive")->valuedouble) < 1e-5, "%g vs %g", p1,
+                  get(get(j2, "probabilities"), "positive")->valuedouble);
+    ck_assert_msg(fabs(z[0] - z[1]) > 0.5, "the logits are too close for the temperature to show");
+    cJSON_Delete(j1);
+    cJSON_Delete(j2);
+    run_result_free(&r1);
+    run_result_free(&r2);
+}
+END_TEST
+
 /* The text format's attribution block: the numbers are the JSON's scores of
  * the predicted class (3 decimals), the sum line adds them up; on a terminal
  * the block is shaded red and blue while the attention block stays on its
@@ -1413,6 +1459,7 @@ static Suite *inspect_suite(void)
     tcase_add_test(tc, test_pictures_in_a_browser);
     tcase_add_test(tc, test_attribution_options);
     tcase_add_test(tc, test_attribution_text);
+    tcase_add_test(tc, test_attribution_ignores_temperature);
     tcase_add_test(tc, test_attribution_pictures_in_a_browser);
     suite_add_tcase(s, tc);
     return s;
