@@ -46,7 +46,9 @@ static void make_model_dir(void)
     fuzz_tiny_vocab(&vocab, 0);
     cfg.model = (ac_model_config){.vocab_size = vocab.size, .max_len = 8, .d_model = 4,
                                   .n_heads = 2, .d_ff = 8, .n_layers = 2, .n_classes = 2,
-                                  .pooling = AC_POOL_MAX, .dropout = 0.0f, .ln_eps = 1e-6f};
+                                  .pooling = AC_POOL_MAX, .dropout = 0.0f, .ln_eps = 1e-6f,
+                                  .positions = AC_POS_LEARNED, .ngram_order = 2,
+                                  .ngram_buckets = 5, .temperature = 1.0f};
     static char neg[] = "negative", pos[] = "positive";
     char *labels[] = {neg, pos};
     cfg.labels = labels;
