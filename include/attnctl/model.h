@@ -200,6 +200,12 @@ void ac_model_adopt_params(ac_model *m, float *params, void *mapping, size_t map
 /* Index of a tensor by name, or -1. */
 int ac_model_find_tensor(const ac_model *m, const char *name);
 
+/* Fine-tuning from a pretrained encoder: copies every tensor of dst but its
+ * head (head.*, mlm.bias) from the tensor of src with the same name, which
+ * must exist with the same shape (src/nn/transfer.c). dst's head keeps its
+ * values. */
+int ac_model_copy_encoder(ac_model *dst, const ac_model *src, ac_err *err);
+
 /* Forward of a classification model over a batch (a masked-LM model gives
  * NaN: see src/nn/mlm.c). ids [B*T] (pads may hold any valid id, e.g. 0),
  * lengths [B] (1..T), labels [B] or NULL. train != 0 enables dropout with

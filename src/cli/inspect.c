@@ -293,7 +293,9 @@ static void pooled_weights(inspect_data *d, const ac_model *m, char *measure, si
     const float *last_maps = d->attention + (size_t)last * H * n * n;
     for (int i = 0; i < n; i++)
         d->token_weight[i] = 0.0f;
-    switch (m->cfg.pooling) {
+    /* A pretrained encoder pools nothing: the attention each token receives. */
+    const int encoder_only = m->cfg.objective != AC_OBJECTIVE_CLASSIFICATION;
+    switch (encoder_only ? AC_POOL_MEAN : m->cfg.pooling) {
     case AC_POOL_MAX:
         for (int j = 0; j < dm; j++) {
             int32_t t = m->act.pool_argmax[j];
@@ -312,8 +314,8 @@ static void pooled_weights(inspect_data *d, const ac_model *m, char *measure, si
                     d->token_weight[k] += last_maps[((size_t)h * n + q) * n + k] / (float)(H * n);
         snprintf(measure, measure_len,
                  "the attention the token receives in the last layer, averaged over its %d heads and "
-                 "over all query tokens (the model uses mean pooling)",
-                 H);
+                 "over all query tokens (%s)",
+                 H, encoder_only ? "a pretrained encoder has no pooling" : "the model uses mean pooling");
         break;
     case AC_POOL_CLS:
     default:
@@ -492,7 +494,8 @@ static int run_inspect(inspect_options *o)
         goto done;
     if (o->head_arg && (rc = check_range("--head", o->head_arg, o->head, H, H == 1 ? "head" : "heads")))
         goto done;
-    if (md.config.n_labels != m->cfg.n_classes || !md.config.labels) {
+    const int classifier = m->cfg.objective == AC_OBJECTIVE_CLASSIFICATION;
+    if (classifier && (md.config.n_labels != m->cfg.n_classes || !md.config.labels)) {
         rc = cli_error("inspect: %s: the labels do not match the number of classes", o->model_dir);
         goto done;
     }
@@ -506,7 +509,10 @@ static int run_inspect(inspect_options *o)
     }
     int32_t length = n;
     m->keep_attention = 1;
-    ac_model_forward(m, d.ids, &length, NULL, 1, n, 0, 0);
+    if (classifier)
+        ac_model_forward(m, d.ids, &length, NULL, 1, n, 0, 0);
+    else /* a pretrained encoder (masked LM): its attention, no prediction */
+        ac_model_encoder_forward(m, d.ids, &length, 1, n, 0, 0);
 
     d.attention = malloc((size_t)L * H * n * n * sizeof *d.attention);
     d.token_weight = calloc((size_t)n, sizeof *d.token_weight);
@@ -521,7 +527,7 @@ static int run_inspect(inspect_options *o)
     pooled_weights(&d, m, measure, sizeof measure);
 
     int predicted = 0;
-    for (int c = 1; c < m->cfg.n_classes; c++)
+    for (int c = 1; classifier && c < m->cfg.n_classes; c++)
         if (m->act.probs_out[c] > m->act.probs_out[predicted])
             predicted = c;
 
@@ -538,9 +544,9 @@ static int run_inspect(inspect_options *o)
         .head_first = o->head >= 0 ? (int)o->head : 0,
         .head_count = o->head >= 0 ? 1 : H,
         .attention = d.attention,
-        .n_classes = m->cfg.n_classes,
-        .labels = md.config.labels,
-        .probs = m->act.probs_out,
+        .n_classes = classifier ? m->cfg.n_classes : 0,
+        .labels = classifier ? md.config.labels : NULL,
+        .probs = classifier ? m->act.probs_out : NULL,
         .predicted = predicted,
         .pooling = m->cfg.pooling,
         .token_weight = d.token_weight,

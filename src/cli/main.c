@@ -22,6 +22,7 @@ typedef struct {
 
 static const command COMMANDS[] = {
     {"train", cmd_train, "build the vocabulary, train, keep the best model"},
+    {"pretrain", cmd_pretrain, "pretrain the encoder as a masked LM on unlabelled text"},
     {"eval", cmd_eval, "accuracy, per-class P/R/F1, confusion matrix, AUC on a labelled CSV"},
     {"predict", cmd_predict, "one review a line in, one verdict a line out"},
     {"inspect", cmd_inspect, "attention maps of a text: JSON, SVG/HTML heatmap, terminal"},
