@@ -768,6 +768,64 @@ START_TEST(test_parameter_table)
 }
 END_TEST
 
+/* Fine-tuning's start: a classifier gets every tensor of a pretrained
+ * masked LM but the heads; shapes must match and no encoder tensor may be
+ * missing. */
+START_TEST(test_copy_encoder)
+{
+    ac_model_config mc = small_config(AC_POOL_MEAN, 0.1f);
+    mc.objective = AC_OBJECTIVE_MASKED_LM;
+    mc.n_classes = 0;
+    mc.positions = AC_POS_LEARNED;
+    mc.ngram_order = 2;
+    mc.ngram_buckets = 11;
+    ac_model_config cc = mc;
+    cc.objective = AC_OBJECTIVE_CLASSIFICATION;
+    cc.n_classes = 3;
+    ac_model pre, cls;
+    ac_err err;
+    ck_assert_int_eq(ac_model_create(&pre, &mc, &err), 0);
+    ck_assert_int_eq(ac_model_create(&cls, &cc, &err), 0);
+    randomize(&pre, 61);
+    randomize(&cls, 62);
+    float head_before = cls.p.head_w[4];
+    ck_assert_msg(ac_model_copy_encoder(&cls, &pre, &err) == 0, "%s", err.msg);
+    for (int i = 0; i < cls.n_tensors; i++) {
+        const ac_param_info *t = &cls.table[i];
+        int j = ac_model_find_tensor(&pre, t->name);
+        if (strncmp(t->name, "head.", 5) == 0) {
+            ck_assert_int_lt(j, 0);
+            continue;
+        }
+        ck_assert_int_ge(j, 0);
+        ck_assert_msg(memcmp(cls.params + t->offset, pre.params + pre.table[j].offset,
+                             t->numel * sizeof(float)) == 0,
+                      "%s not copied", t->name);
+    }
+    ck_assert(cls.p.head_w[4] == head_before);
+    ac_model_free(&cls);
+
+    /* another width: a shape error naming the tensor */
+    cc.d_model = 16;
+    ck_assert_int_eq(ac_model_create(&cls, &cc, &err), 0);
+    ck_assert_int_eq(ac_model_copy_encoder(&cls, &pre, &err), -1);
+    ck_assert_msg(strstr(err.msg, "tensor \"embed.weight\": [20, 8] in the pretrained model, "
+                                  "[20, 16] here"),
+                  "%s", err.msg);
+    ac_model_free(&cls);
+    /* learned positions wanted, none pretrained: a missing tensor */
+    mc.positions = AC_POS_SINUSOIDAL;
+    ac_model_free(&pre);
+    ck_assert_int_eq(ac_model_create(&pre, &mc, &err), 0);
+    cc.d_model = 8;
+    ck_assert_int_eq(ac_model_create(&cls, &cc, &err), 0);
+    ck_assert_int_eq(ac_model_copy_encoder(&cls, &pre, &err), -1);
+    ck_assert_msg(strstr(err.msg, "has no tensor \"embed.pos.weight\""), "%s", err.msg);
+    ac_model_free(&cls);
+    ac_model_free(&pre);
+}
+END_TEST
+
 START_TEST(test_config_validation)
 {
     ac_err err;
@@ -1373,6 +1431,7 @@ static Suite *model_suite(void)
     TCase *layout = tcase_create("layout");
     tcase_add_test(layout, test_parameter_table);
     tcase_add_test(layout, test_config_validation);
+    tcase_add_test(layout, test_copy_encoder);
     tcase_add_test(layout, test_activation_allocation);
     tcase_add_test(layout, test_forward_rejects_bad_batches);
     tcase_add_test(layout, test_init_weights);

@@ -83,8 +83,10 @@ int trainer_take_init(trainer *t, ac_err *err)
         return -1;
     t->have_init = 1;
     const ac_model_config *want = &t->cfg.model, *have = &t->init.config.model;
+    /* (vocab_size is the trainer's to fill in: from DIR's vocabulary, below) */
     for (size_t i = 0; i < N_ENCODER_FIELDS; i++)
-        if (field_value(want, i) != field_value(have, i))
+        if (ENCODER_FIELDS[i].offset != offsetof(ac_model_config, vocab_size) &&
+            field_value(want, i) != field_value(have, i))
             return ac_err_set(err, "model.%s: %d, but the model in %s has %d",
                               ENCODER_FIELDS[i].name, field_value(want, i), dir,
                               field_value(have, i));
