@@ -803,9 +803,45 @@ START_TEST(test_config_presets)
 
     ac_config_defaults(&c);
     ck_assert_msg(ac_config_load(&c, "models/default.json", 0, &err) == 0, "%s", err.msg);
-    ck_assert_int_eq(c.model.max_len, 512);
-    ck_assert_int_eq(c.model.pooling, AC_POOL_MEAN);
-    ck_assert_int_eq(c.tokenizer.truncation, AC_TRUNC_HEAD_TAIL);
+    /* The recipe a user gets with no options is models/default.json: loading
+     * it over the built-in defaults changes nothing, and it names every
+     * model, tokenizer and training setting (so it cannot drift silently). */
+    ac_config builtin;
+    ac_config_defaults(&builtin);
+    char *a = ac_config_to_json(&builtin), *b = ac_config_to_json(&c);
+    ck_assert_str_eq(a, b);
+    free(a);
+    free(b);
+    ac_config_free(&builtin);
+    ac_config_free(&c);
+    char *text = NULL;
+    size_t text_len = 0;
+    ck_assert_msg(ac_read_file("models/default.json", 1 << 20, &text, &text_len, &err) == 0, "%s",
+                  err.msg);
+    cJSON *root = cJSON_Parse(text);
+    ck_assert_ptr_nonnull(root);
+    ac_config_defaults(&c);
+    char *full = ac_config_to_json(&c);
+    cJSON *all = cJSON_Parse(full);
+    static const char *const sections[] = {"model", "tokenizer", "training"};
+    for (int k = 0; k < 3; k++) {
+        const cJSON *want = cJSON_GetObjectItemCaseSensitive(all, sections[k]);
+        const cJSON *have = cJSON_GetObjectItemCaseSensitive(root, sections[k]);
+        for (const cJSON *key = want->child; key; key = key->next) {
+            /* known only after reading the data, or the hashing constant; the
+             * objective is the command's (train or pretrain), not the recipe's */
+            if (!strcmp(key->string, "n_classes") || !strcmp(key->string, "ngram_hash") ||
+                !strcmp(key->string, "objective") ||
+                !strcmp(key->string, "temperature") || !strcmp(key->string, "seed"))
+                continue;
+            ck_assert_msg(cJSON_GetObjectItemCaseSensitive(have, key->string) != NULL,
+                          "models/default.json: %s.%s is not set", sections[k], key->string);
+        }
+    }
+    cJSON_Delete(root);
+    cJSON_Delete(all);
+    free(full);
+    free(text);
     ac_config_free(&c);
 
     const struct { const char *path; int layers, d, heads, ff, len; } bench[] = {
@@ -859,7 +895,7 @@ static const config_case CONFIG_CASES[] = {
     {"{\"model\": {}, \"model\": {}}", 0, "x.json: model: duplicate key"},
     {"{\"tokenizer\": {\"nfkc\": 1}}", 0, "x.json: tokenizer.nfkc: must be true or false (got 1)"},
     {"{\"tokenizer\": {\"truncation\": \"middle\"}}", 0, "x.json: tokenizer.truncation: must be one of"},
-    {"{\"tokenizer\": {\"head_tokens\": 300}}", 0, "x.json: tokenizer.head_tokens: 300 exceeds model.max_len (256)"},
+    {"{\"tokenizer\": {\"head_tokens\": 3000}}", 0, "x.json: tokenizer.head_tokens: 3000 exceeds model.max_len (1024)"},
     {"{\"training\": {\"lr\": 0}}", 0, "x.json: training.lr: must be a number in (0, 10] (got 0)"},
     {"{\"training\": {\"lr\": null}}", 0, "x.json: training.lr: must be a number in (0, 10] (got null)"},
     {"{\"training\": {\"epochs\": 0}}", 0, "x.json: training.epochs: must be an integer in 1..1000000"},
@@ -935,7 +971,7 @@ START_TEST(test_config_float_rounding)
                       "accepted: %s", rejected[i].json);
         ck_assert_msg(strstr(err.msg, rejected[i].want) != NULL, "expected \"%s\" in: %s",
                       rejected[i].want, err.msg);
-        ck_assert(c.model.dropout == 0.1f); /* unchanged */
+        ck_assert(c.model.dropout == 0.3f); /* unchanged: the default */
     }
     /* close to the bounds but representable: accepted, valid, and written back the same */
     const char *fine = "{\"labels\": [\"a\", \"b\"], \"model\": {\"dropout\": 0.9999999, "
@@ -1027,7 +1063,7 @@ START_TEST(test_config_of_version_0_1_loads)
         "    \"positions\": \"learned\",\n", "    \"ngram_order\": 2,\n",
         "    \"ngram_buckets\": 262144,\n", "    \"temperature\": 1\n",
         "    \"crop_frac\": 0.5,\n", "    \"crop_min\": 1,\n", "    \"crop_max\": 64,\n",
-        "    \"label_smoothing\": 0,\n", "    \"token_dropout\": 0\n",
+        "    \"label_smoothing\": 0,\n", "    \"token_dropout\": 0.1,\n", "    \"ema\": 0\n",
         "    \"objective\": \"classification\",\n", "    \"mask_frac\": 0.15,\n",
         "    \"init_model\": \"\",\n",
     };
@@ -1057,6 +1093,7 @@ START_TEST(test_config_of_version_0_1_loads)
     ck_assert(d.training.crop_frac == 0.0);
     ck_assert(d.training.label_smoothing == 0.0f);
     ck_assert(d.training.token_dropout == 0.0f);
+    ck_assert(d.training.ema == 0.0f);
     ck_assert_int_eq(d.model.objective, AC_OBJECTIVE_CLASSIFICATION);
     ck_assert(d.training.mask_frac == 0.15);
     ck_assert_str_eq(d.provenance.init_model, "");
@@ -1091,7 +1128,7 @@ START_TEST(test_config_missing_keys)
     const struct { const char *cut; const char *want; } cases[] = {
         {"    \"d_ff\": 256,\n", "x.json: model.d_ff: missing required key"},
         {"    \"casefold\": true,\n", "x.json: tokenizer.casefold: missing required key"},
-        {"    \"token_dropout\": 0\n", NULL /* leaves a trailing comma: not JSON */},
+        {"    \"ema\": 0\n", NULL /* leaves a trailing comma: not JSON */},
         {"    \"seed\": 1,\n", "x.json: training.seed: missing required key"},
         {"    \"date\": \"\",\n", "x.json: provenance.date: missing required key"},
         {"  \"labels\": [\"negative\", \"positive\"],\n", "x.json: labels: missing required key"},

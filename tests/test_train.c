@@ -17,6 +17,7 @@
 #include "attnctl/model.h"
 #include "attnctl/text.h"
 #include "attnctl/train.h"
+#include "../src/train/ema.h"
 
 #define TINY_CSV "tests/data/train_tiny.csv"
 
@@ -359,6 +360,114 @@ START_TEST(test_resume_after_max_steps_is_bitwise)
     ck_assert_int_eq(rb.status, AC_TRAIN_FINISHED);
     ck_assert_int_eq(rb.step, 24);
     ck_assert_int_eq(rb.n_evals, 0);
+    free(ca);
+    free(cb);
+    rm_rf(a);
+    rm_rf(b);
+    free(a);
+    free(b);
+    ac_config_free(&cfg);
+    ac_rawdata_free(&raw);
+}
+END_TEST
+
+/* The lazy average of the n-gram rows equals the plain per-step average
+ * computed densely: rows untouched for k steps catch up by decay^k exactly
+ * (to float rounding). Weights move by hand: dense ones every step, an
+ * n-gram row only in the steps that "touch" it. */
+START_TEST(test_ema_lazy_rows_match_dense_average)
+{
+    ac_model_config mc = {.vocab_size = 9, .max_len = 4, .d_model = 4, .n_heads = 2, .d_ff = 6,
+                          .n_layers = 1, .n_classes = 2, .pooling = AC_POOL_MEAN,
+                          .ln_eps = 1e-6f, .positions = AC_POS_LEARNED, .ngram_order = 2,
+                          .ngram_buckets = 7, .temperature = 1.0f};
+    ac_model m;
+    ac_err err;
+    ck_assert_msg(ac_model_create(&m, &mc, &err) == 0, "%s", err.msg);
+    ac_model_init_weights(&m, 3);
+    for (size_t i = 0; i < m.n_params; i++)
+        m.params[i] = 0.01f * (float)(i % 17);
+    const double decay = 0.9;
+    ac_ema e;
+    ck_assert_msg(ac_ema_init(&e, &m, decay, 0, &err) == 0, "%s", err.msg);
+    double *ref = malloc(m.n_params * sizeof *ref);
+    for (size_t i = 0; i < m.n_params; i++)
+        ref[i] = m.params[i];
+    const size_t d = (size_t)mc.d_model;
+    for (long step = 0; step < 40; step++) {
+        /* rows touched this step: r = step % 3 and, every 5th step, row 6 */
+        m.n_ngram_rows = 0;
+        m.ngram_rows[m.n_ngram_rows++] = (int32_t)(step % 3);
+        if (step % 5 == 4)
+            m.ngram_rows[m.n_ngram_rows++] = 6;
+        ac_ema_before_step(&e, &m, step);
+        for (size_t i = 0; i < m.dense_params; i++)
+            m.params[i] += 0.001f * (float)((i + (size_t)step) % 7) - 0.003f;
+        for (int k = 0; k < m.n_ngram_rows; k++)
+            for (size_t i = 0; i < d; i++)
+                m.params[m.dense_params + (size_t)m.ngram_rows[k] * d + i] += 0.01f * (float)(step % 4);
+        ac_ema_after_step(&e, &m, step + 1);
+        for (size_t i = 0; i < m.n_params; i++)
+            ref[i] = decay * ref[i] + (1 - decay) * m.params[i];
+    }
+    ac_ema_catch_up(&e, &m, 40);
+    double worst = 0;
+    for (size_t i = 0; i < m.n_params; i++)
+        worst = fmax(worst, fabs(e.avg[i] - ref[i]));
+    ck_assert_msg(worst < 1e-5, "lazy average off by %g", worst);
+    /* swap in and out restores the trained weights bit for bit */
+    float *before = malloc(m.n_params * sizeof *before);
+    memcpy(before, m.params, m.n_params * sizeof *before);
+    ac_ema_swap_in(&e, &m);
+    ck_assert(m.params[0] == e.avg[0]);
+    ac_ema_swap_out(&e, &m);
+    ck_assert_int_eq(memcmp(before, m.params, m.n_params * sizeof *before), 0);
+    free(before);
+    free(ref);
+    ac_ema_free(&e);
+    ac_model_free(&m);
+}
+END_TEST
+
+/* With averaging on, an interrupted run resumes bitwise (weights, moments,
+ * the averaged best model), and the checkpoint keeps one averaged file. */
+START_TEST(test_ema_resume_is_bitwise)
+{
+    ac_rawdata raw;
+    read_tiny(&raw);
+    ac_config cfg;
+    tiny_config(&cfg);
+    cfg.training.ema = 0.9f;
+    cfg.training.eval_every = 1;
+    char *a = make_temp_dir(), *b = make_temp_dir();
+    ac_train_result ra, rb;
+    train_ok(&cfg, &raw, a, 0, 0, 0, &ra);
+    train_ok(&cfg, &raw, b, 0, 11, 0, &rb);
+    train_ok(&cfg, &raw, b, 1, 0, 0, &rb);
+    ck_assert_int_eq(rb.step, 24);
+    char *ca = join(a, AC_CHECKPOINT_SUBDIR), *cb = join(b, AC_CHECKPOINT_SUBDIR);
+    assert_same_weights(ca, cb, 1);
+    assert_same_weights(a, b, 0); /* the kept (averaged) models */
+    char *ema_a = join(ca, "ema-24.safetensors"), *ema_b = join(cb, "ema-24.safetensors");
+    ck_assert_int_eq(access(ema_a, F_OK), 0);
+    char *old = join(cb, "ema-11.safetensors");
+    ck_assert_int_ne(access(old, F_OK), 0); /* older averages are removed */
+    /* the kept model is the average, not the trained weights */
+    ac_model_dir kept, last;
+    load_dir(&kept, a);
+    load_dir(&last, ca);
+    ck_assert(memcmp(kept.model.params, last.model.params, kept.model.n_params * sizeof(float)) != 0);
+    ac_model_dir_free(&kept);
+    ac_model_dir_free(&last);
+    /* a missing average is a clear error on resume */
+    ck_assert_int_eq(unlink(ema_b), 0);
+    watcher w;
+    ac_err err = {{0}};
+    ck_assert_int_eq(train_once(&cfg, &raw, NULL, b, 1, 30, 0, &w, &rb, &err), -1);
+    ck_assert_msg(strstr(err.msg, "ema-24.safetensors") != NULL, "%s", err.msg);
+    free(old);
+    free(ema_a);
+    free(ema_b);
     free(ca);
     free(cb);
     rm_rf(a);
@@ -792,6 +901,7 @@ static void pretrain_setup_make(pretrain_setup *p)
     p->cfg.training.eval_every = 10;
     p->cfg.training.val_split = 0.1;
     p->cfg.training.crop_frac = 0.0;
+    p->cfg.training.token_dropout = 0.0f;
     p->cfg.training.vocab_max = 300;
 }
 
@@ -1265,6 +1375,8 @@ int main(void)
     tcase_add_test(tc, test_thread_count_does_not_change_weights);
     tcase_add_test(tc, test_early_stop_by_patience);
     tcase_add_test(tc, test_nan_keeps_last_good_checkpoint);
+    tcase_add_test(tc, test_ema_lazy_rows_match_dense_average);
+    tcase_add_test(tc, test_ema_resume_is_bitwise);
     tcase_add_test(tc, test_metrics_and_curves);
     tcase_add_test(tc, test_resume_truncates_metrics);
     tcase_add_test(tc, test_without_validation_and_with_val_file);

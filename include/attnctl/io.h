@@ -93,6 +93,7 @@ typedef struct {
     float label_smoothing; /* 0: plain cross-entropy */
     float token_dropout;   /* share of training tokens replaced by <unk> */
     double mask_frac;      /* pretraining (masked LM): share of the tokens predicted */
+    float ema;             /* decay of the averaged weights used for evaluation and saving; 0 = off */
 } ac_train_config;
 
 typedef struct {

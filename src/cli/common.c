@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,4 +89,13 @@ void cli_set_threads(int n)
     if (n <= 0)
         n = omp_get_num_procs();
     omp_set_num_threads(n);
+}
+
+void cli_block_stop_signals(int block)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigprocmask(block ? SIG_BLOCK : SIG_UNBLOCK, &set, NULL);
 }

@@ -115,6 +115,13 @@ static int unknown_command(const char *name)
 
 int main(int argc, char **argv)
 {
+    /* `train` and `pretrain` turn SIGINT/SIGTERM into a clean stop, but only
+     * once their handlers are in place; a signal in the first milliseconds
+     * (start-up, the re-exec below) would kill them instead. Blocked signals
+     * stay blocked and pending across exec, so block them now and let the
+     * command unblock them after installing its handlers. */
+    if (argc >= 2 && (strcmp(argv[1], "train") == 0 || strcmp(argv[1], "pretrain") == 0))
+        cli_block_stop_signals(1);
     openblas_setup(argv);
     /* Past a file-size limit (ulimit -f) a write must fail with EFBIG and go
      * through the error path, which removes temporary files and keeps the

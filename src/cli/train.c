@@ -36,7 +36,7 @@ enum {
     OPT_VAL_FILE, OPT_PATIENCE, OPT_EVAL_EVERY, OPT_SEED, OPT_THREADS, OPT_TEXT_COLUMN,
     OPT_LABEL_COLUMN, OPT_MAX_STEPS, OPT_RESUME, OPT_QUIET, OPT_HELP, OPT_POSITIONS, OPT_NGRAMS,
     OPT_NGRAM_BUCKETS, OPT_CROP, OPT_CROP_MIN, OPT_CROP_MAX, OPT_LABEL_SMOOTHING, OPT_TOKEN_DROPOUT,
-    OPT_INIT, OPT_MASK_FRAC, OPT_FORMAT, OPT_END
+    OPT_EMA, OPT_INIT, OPT_MASK_FRAC, OPT_FORMAT, OPT_END
 };
 
 static const struct option LONG_OPTIONS[] = {
@@ -77,6 +77,7 @@ static const struct option LONG_OPTIONS[] = {
     {"crop-max", required_argument, NULL, OPT_CROP_MAX},
     {"label-smoothing", required_argument, NULL, OPT_LABEL_SMOOTHING},
     {"token-dropout", required_argument, NULL, OPT_TOKEN_DROPOUT},
+    {"ema", required_argument, NULL, OPT_EMA},
     {"init", required_argument, NULL, OPT_INIT},
     {"mask-frac", required_argument, NULL, OPT_MASK_FRAC},
     {"format", required_argument, NULL, OPT_FORMAT},
@@ -159,13 +160,15 @@ void cli_print_training_options(cli_training_kind kind)
                "      --token-dropout X  share of training tokens replaced by <unk> [%g]\n",
                t->val_split, t->eval_every, t->patience, t->crop_frac, t->crop_min, t->crop_max,
                (double)t->label_smoothing, (double)t->token_dropout);
-    printf("      --max-steps N      stop after N steps in all, 0 = no limit; the schedule still\n"
+    printf("      --ema X            evaluate and save a moving average of the weights with\n"
+           "                         decay X per step (e.g. 0.998); 0 = the weights themselves [%g]\n"
+           "      --max-steps N      stop after N steps in all, 0 = no limit; the schedule still\n"
            "                         spans all epochs, so the run can be resumed and continued\n"
            "      --seed N           seed of every random choice; the same seed gives the same\n"
            "                         model bitwise, whatever --threads [%llu]\n"
            "      --threads N        threads to use [all cores]\n"
            "\n",
-           (unsigned long long)t->seed);
+           (double)t->ema, (unsigned long long)t->seed);
     ac_config_free(&d);
 }
 
@@ -388,6 +391,7 @@ static int parse_value(train_args *a, int id, const char *arg)
     case OPT_DROPOUT:
     case OPT_LABEL_SMOOTHING:
     case OPT_TOKEN_DROPOUT:
+    case OPT_EMA:
     case OPT_VAL_SPLIT:
         if (cli_parse_double(arg, 0, 1, &d) || d >= 1)
             return bad_value(a->cmd, id, arg, "a number with 0 <= X < 1");
@@ -556,6 +560,7 @@ static void apply_overrides(ac_config *c, const train_args *a)
     if (v[OPT_CROP_MAX].set) c->training.crop_max = (int)v[OPT_CROP_MAX].i;
     if (v[OPT_LABEL_SMOOTHING].set) c->training.label_smoothing = (float)v[OPT_LABEL_SMOOTHING].d;
     if (v[OPT_TOKEN_DROPOUT].set) c->training.token_dropout = (float)v[OPT_TOKEN_DROPOUT].d;
+    if (v[OPT_EMA].set) c->training.ema = (float)v[OPT_EMA].d;
     if (v[OPT_MAX_LEN].set) c->model.max_len = (int)v[OPT_MAX_LEN].i;
     if (v[OPT_POOLING].set) c->model.pooling = (ac_pooling)v[OPT_POOLING].i;
     if (v[OPT_LAYERS].set) c->model.n_layers = (int)v[OPT_LAYERS].i;
@@ -897,6 +902,7 @@ int cli_run_training(cli_training_kind kind, int argc, char **argv)
      * data, which takes seconds on a big file). */
     install_stop_handlers(&saved);
     have_handlers = 1;
+    cli_block_stop_signals(0); /* one that came during start-up is handled now */
 
     if ((rc = read_data(&a, resume, train_path, val_path, &cfg, &train, &have_train,
                         &val, &have_val, &text_column, label_column)) != 0)

@@ -24,14 +24,14 @@ void ac_config_defaults(ac_config *c)
     memset(c, 0, sizeof *c);
     c->model = (ac_model_config){
         .vocab_size = 30002,
-        .max_len = 256,
+        .max_len = 1024,
         .d_model = 64,
         .n_heads = 4,
         .d_ff = 256,
         .n_layers = 1,
         .n_classes = 2,
         .pooling = AC_POOL_MEAN,
-        .dropout = 0.1f,
+        .dropout = 0.3f,
         .ln_eps = 1e-6f,
         .positions = AC_POS_LEARNED,
         .ngram_order = 2,
@@ -76,7 +76,8 @@ void ac_config_defaults(ac_config *c)
         .crop_min = 1,
         .crop_max = 64,
         .label_smoothing = 0.0f,
-        .token_dropout = 0.0f,
+        .token_dropout = 0.1f,
+        .ema = 0.0f,
         .mask_frac = AC_MLM_MASK_FRAC,
     };
     snprintf(c->provenance.version, sizeof c->provenance.version, "%s", AC_VERSION);
@@ -130,8 +131,8 @@ static const struct {
 } LEGACY_VALUES[] = {
     {"positions", AC_POS_SINUSOIDAL}, {"ngram_order", 1}, {"ngram_buckets", 0},
     {"temperature", 1}, {"crop_frac", 0}, {"crop_min", 5}, {"crop_max", 64},
-    {"label_smoothing", 0}, {"token_dropout", 0}, {"objective", AC_OBJECTIVE_CLASSIFICATION},
-    {"mask_frac", AC_MLM_MASK_FRAC},
+    {"label_smoothing", 0}, {"token_dropout", 0}, {"ema", 0},
+    {"objective", AC_OBJECTIVE_CLASSIFICATION}, {"mask_frac", AC_MLM_MASK_FRAC},
 };
 
 typedef struct {
@@ -205,6 +206,7 @@ static const key_spec TRAINING_KEYS[] = {
     {"crop_max", K_INT, AT(training.crop_max), 1, 65536, SINCE_0_2, 0},
     {"label_smoothing", K_FLOAT, AT(training.label_smoothing), 0, 1, HI_OPEN | SINCE_0_2, 0},
     {"token_dropout", K_FLOAT, AT(training.token_dropout), 0, 1, HI_OPEN | SINCE_0_2, 0},
+    {"ema", K_FLOAT, AT(training.ema), 0, 1, HI_OPEN | SINCE_0_2, 0},
 };
 
 static const key_spec PROVENANCE_KEYS[] = {

@@ -3,6 +3,7 @@
 #include "attnctl/train.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -236,7 +237,7 @@ static void format_number(char *buf, size_t n, double v)
 
 static int write_metrics_and_curves(const trainer *t, ac_err *err)
 {
-    size_t cap = 256 * (size_t)(t->n_points + 1), len = 0;
+    size_t cap = 640 * (size_t)(t->n_points + 1), len = 0; /* a line is at most ~450 bytes */
     char *text = malloc(cap);
     if (!text)
         return ac_err_set(err, "out of memory");
@@ -368,14 +369,110 @@ static int save_best(trainer *t, ac_err *err)
     return 0;
 }
 
+/* checkpoint/ema-STEP.safetensors: named by step, so that the file of the
+ * checkpoint on disk survives a crash while the next one is written. */
+static char *ema_path(const trainer *t, long step, ac_err *err)
+{
+    char name[64];
+    snprintf(name, sizeof name, "ema-%ld.safetensors", step);
+    return trainer_path_join(t->ckpt_dir, name, err);
+}
+
+static int save_ema(trainer *t, ac_err *err)
+{
+    const ac_model *m = &t->model;
+    ac_ema_catch_up(&t->ema, m, t->state.step);
+    ac_st_entry *entries = calloc((size_t)m->n_tensors, sizeof *entries);
+    char (*names)[AC_PARAM_NAME_LEN + 8] = calloc((size_t)m->n_tensors, sizeof *names);
+    char *path = ema_path(t, t->state.step, err);
+    int rc = -1;
+    if (!entries || !names || !path) {
+        if (entries && names)
+            ac_err_set(err, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < m->n_tensors; i++) {
+        const ac_param_info *p = &m->table[i];
+        snprintf(names[i], sizeof names[i], "ema.%s", p->name);
+        entries[i] = (ac_st_entry){.name = names[i], .ndim = p->ndim,
+                                   .shape = {p->shape[0], p->shape[1]},
+                                   .data = t->ema.avg + p->offset};
+    }
+    rc = ac_st_save(path, entries, m->n_tensors, NULL, 0, err);
+done:
+    free(entries);
+    free(names);
+    free(path);
+    return rc;
+}
+
+/* Removes the averaged weights of every other step. */
+static void remove_other_ema(const trainer *t)
+{
+    char *keep = ema_path(t, t->state.step, NULL);
+    DIR *d = opendir(t->ckpt_dir);
+    if (!d || !keep) {
+        if (d)
+            closedir(d);
+        free(keep);
+        return;
+    }
+    const char *keep_name = strrchr(keep, '/') + 1;
+    struct dirent *ent;
+    while ((ent = readdir(d)) != NULL) {
+        const char *n = ent->d_name;
+        size_t len = strlen(n);
+        if (strncmp(n, "ema-", 4) == 0 && len > 16 &&
+            strcmp(n + len - 12, ".safetensors") == 0 && strcmp(n, keep_name) != 0) {
+            char *p = trainer_path_join(t->ckpt_dir, n, NULL);
+            if (p)
+                unlink(p);
+            free(p);
+        }
+    }
+    closedir(d);
+    free(keep);
+}
+
+static int load_ema(trainer *t, ac_err *err)
+{
+    const ac_model *m = &t->model;
+    char *path = ema_path(t, t->state.step, err);
+    if (!path)
+        return -1;
+    ac_safetensors st;
+    int rc = ac_st_load(&st, path, err), loaded = rc == 0;
+    for (int i = 0; rc == 0 && i < m->n_tensors; i++) {
+        const ac_param_info *p = &m->table[i];
+        char name[AC_PARAM_NAME_LEN + 8];
+        snprintf(name, sizeof name, "ema.%s", p->name);
+        const ac_st_tensor *tt = ac_st_find(&st, name);
+        const float *src = tt ? ac_st_f32(&st, tt) : NULL;
+        if (!src || tt->end - tt->begin != p->numel * sizeof(float))
+            rc = ac_err_set(err, "%s: tensor \"%s\" is missing or has the wrong size", path, name);
+        else
+            memcpy(t->ema.avg + p->offset, src, p->numel * sizeof(float));
+    }
+    if (rc == 0 && st.n != m->n_tensors)
+        rc = ac_err_set(err, "%s: %d tensors, expected %d", path, st.n, m->n_tensors);
+    if (loaded)
+        ac_st_free(&st);
+    free(path);
+    return rc;
+}
+
 static int save_checkpoint(trainer *t, ac_err *err)
 {
+    if (t->have_ema && save_ema(t, err))
+        return ac_err_prefix(err, "saving the averaged weights");
     t->cfg.provenance.best_val_accuracy = t->n_val > 0 ? t->state.best_metric : -1.0;
     set_date(&t->cfg.provenance);
     if (ac_model_dir_save(t->ckpt_dir, &t->cfg, &t->vocab, &t->model, t->m1, t->m2, &t->state,
                           err))
         return ac_err_prefix(err, "saving the checkpoint to %s", t->ckpt_dir);
     t->ckpt_step = t->state.step;
+    if (t->have_ema)
+        remove_other_ema(t);
     return 0;
 }
 
@@ -684,6 +781,13 @@ static int setup(trainer *t, ac_err *err)
     const int masked_lm = t->cfg.model.objective == AC_OBJECTIVE_MASKED_LM;
     t->model.label_smoothing = tc->label_smoothing;
     t->model.token_dropout = tc->token_dropout;
+    if (tc->ema > 0) {
+        if (ac_ema_init(&t->ema, &t->model, tc->ema, t->state.step, err))
+            return -1;
+        t->have_ema = 1;
+        if (o->resume && load_ema(t, err))
+            return ac_err_prefix(err, "resume");
+    }
     int first_epoch = t->state.epoch < tc->epochs ? t->state.epoch : 0;
     if (make_epoch_plan(t, first_epoch, err))
         return ac_err_prefix(err, "batching");
@@ -784,6 +888,8 @@ static void trainer_free(trainer *t)
         ac_batch_plan_free(&t->val_plan);
     if (t->have_span_plan)
         ac_batch_plan_free(&t->span_plan);
+    if (t->have_ema)
+        ac_ema_free(&t->ema);
     if (t->plan_epoch >= 0)
         ac_batch_plan_free(&t->plan);
     if (t->have_val_corpus)
@@ -919,7 +1025,11 @@ static int train_step(trainer *t, session_stats *s, ac_err *err)
     if (!isfinite(norm))
         return trainer_non_finite_error(t, t->state.step + 1, "the gradient norm", norm, err);
     float lr = ac_lr_at(&t->optim, t->state.step);
+    if (t->have_ema)
+        ac_ema_before_step(&t->ema, m, t->state.step);
     ac_adamw_step(m, m->params, m->grads, t->m1, t->m2, &t->optim, lr, t->state.step + 1);
+    if (t->have_ema)
+        ac_ema_after_step(&t->ema, m, t->state.step + 1);
 
     t->state.step++;
     t->state.batch_in_epoch++;
@@ -1049,6 +1159,11 @@ static int evaluate_and_save(trainer *t, session_stats *s, ac_train_result *res,
 {
     double val_loss = NAN, val_accuracy = NAN, span_loss = NAN, span_accuracy = NAN;
     double temperature = NAN, ece = NAN, val_majority = NAN, span_majority = NAN;
+    /* With averaging, the average is what is evaluated and kept as the model. */
+    if (t->have_ema) {
+        ac_ema_catch_up(&t->ema, &t->model, t->state.step);
+        ac_ema_swap_in(&t->ema, &t->model);
+    }
     const int masked_lm = t->cfg.model.objective == AC_OBJECTIVE_MASKED_LM;
     if (t->n_val > 0 && masked_lm && pretrain_evaluate(t, &val_loss, &val_accuracy, err))
         return -1;
@@ -1093,6 +1208,8 @@ static int evaluate_and_save(trainer *t, session_stats *s, ac_train_result *res,
         return -1;
     if (improved && t->n_val > 0 && !masked_lm && write_calibration_svg(t, temperature, err))
         return -1;
+    if (t->have_ema)
+        ac_ema_swap_out(&t->ema, &t->model); /* the checkpoint keeps the trained weights */
     st->train_loss_sum = 0;
     st->train_loss_count = 0;
     if (save_checkpoint(t, err))

@@ -15,6 +15,7 @@
 #include "attnctl/text.h"
 #include "attnctl/train.h"
 #include "curves.h"
+#include "ema.h"
 
 /* Sub-streams of the seed, one per use of randomness, so that e.g. the
  * shuffle of epoch 3 never shares draws with the dropout of step 3. */
@@ -55,6 +56,8 @@ typedef struct {
     float *val_probs;        /* [C] scratch */
     int64_t *val_predicted;  /* [C] predictions per class in one evaluation */
     ac_batch batch; /* buffers for batch_size x max_len */
+    ac_ema ema;     /* averaged weights (training.ema > 0) */
+    int have_ema;
     float *m1, *m2;
     ac_optim_config optim;
     ac_trainer_state state;

@@ -1,0 +1,43 @@
+/* Internal to src/train: an exponential moving average of the weights, used
+ * for evaluation and for the saved model (Polyak averaging).
+ *
+ * After every step k: avg = decay * avg + (1 - decay) * params. The n-gram
+ * table is updated lazily like its AdamW: a row the batch did not touch kept
+ * the same value p since its last update at step s, so its average at step k
+ * is exactly p + (avg_s - p) * decay^(k - s); it is brought up to date only
+ * when the row is touched again or the average is needed. Same bits for any
+ * thread count (element-wise only). */
+#ifndef ATTNCTL_TRAIN_EMA_H
+#define ATTNCTL_TRAIN_EMA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attnctl/error.h"
+#include "attnctl/model.h"
+
+typedef struct {
+    double decay;
+    size_t n;          /* parameters */
+    float *avg;        /* [n] the average, in the model's layout */
+    float *raw;        /* [n] the trained weights while the average sits in the model */
+    int64_t rows;      /* rows of the n-gram table (0 without one) */
+    long *row_step;    /* [rows]: step up to which each row's average is current */
+    int swapped;       /* the model holds the average */
+} ac_ema;
+
+/* avg = the model's current weights, current as of step. */
+int ac_ema_init(ac_ema *e, const ac_model *m, double decay, long step, ac_err *err);
+void ac_ema_free(ac_ema *e);
+/* Between backward and the optimizer step of step `step` (0-based): brings
+ * the rows this batch touched up to date (their values are about to change). */
+void ac_ema_before_step(ac_ema *e, const ac_model *m, long step);
+/* After the optimizer step: the average of step `steps_done`. */
+void ac_ema_after_step(ac_ema *e, const ac_model *m, long steps_done);
+/* Every row current as of steps_done (before the average is read or saved). */
+void ac_ema_catch_up(ac_ema *e, const ac_model *m, long steps_done);
+/* Puts the average into the model (keeping the trained weights), and back. */
+void ac_ema_swap_in(ac_ema *e, ac_model *m);
+void ac_ema_swap_out(ac_ema *e, ac_model *m);
+
+#endif
