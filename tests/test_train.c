@@ -1365,6 +1365,54 @@ START_TEST(test_cli_pretrain_and_init)
 }
 END_TEST
 
+/* The man page documents every option --help names, for train and pretrain. */
+START_TEST(test_help_options_in_man_page)
+{
+    const char *bin = attnctl_binary();
+    if (!bin) {
+        printf("SKIP test_help_options_in_man_page: no attnctl binary\n");
+        return;
+    }
+    char *man = read_text("attnctl.1");
+    const char *commands[] = {"train", "pretrain"};
+    for (int c = 0; c < 2; c++) {
+        char *dir = make_temp_dir(), *out = join(dir, "help"), *cmd = NULL;
+        ck_assert_int_ge(asprintf(&cmd, "%s %s --help > %s", bin, commands[c], out), 0);
+        ck_assert_int_eq(run_status(cmd), 0);
+        char *help = read_text(out);
+        int checked = 0;
+        for (const char *p = strstr(help, "--"); p; p = strstr(p + 2, "--")) {
+            char name[64], escaped[160];
+            size_t n = 0;
+            for (const char *q = p + 2; n + 1 < sizeof name && ((*q >= 'a' && *q <= 'z') ||
+                                                               (*q == '-' && q[1] != '-'));
+                 q++)
+                name[n++] = *q;
+            name[n] = '\0';
+            if (n < 2)
+                continue;
+            size_t e = (size_t)snprintf(escaped, sizeof escaped, "\\-\\-");
+            for (size_t k = 0; k < n && e + 3 < sizeof escaped; k++) {
+                if (name[k] == '-')
+                    escaped[e++] = '\\';
+                escaped[e++] = name[k];
+            }
+            escaped[e] = '\0';
+            ck_assert_msg(strstr(man, escaped) != NULL, "attnctl %s --help names --%s; attnctl.1 "
+                          "does not (%s)", commands[c], name, escaped);
+            checked++;
+        }
+        ck_assert_int_gt(checked, 30);
+        free(help);
+        free(cmd);
+        rm_rf(dir);
+        free(out);
+        free(dir);
+    }
+    free(man);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("train");
@@ -1388,6 +1436,7 @@ int main(void)
     tcase_add_test(tp, test_pretrain_resume_and_threads_bitwise);
     tcase_add_test(tp, test_finetune_from_pretrained);
     tcase_add_test(tp, test_cli_pretrain_and_init);
+    tcase_add_test(tp, test_help_options_in_man_page);
     suite_add_tcase(s, tp);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
