@@ -304,6 +304,49 @@ def write_safetensors(path, tensors, metadata):
     os.replace(tmp, path)
 
 
+def fill_weights(params, names, g, small=()):
+    """Random float32 values large enough that every gradient is well above
+    rounding noise: matrices normal(0, 0.3) (0.05 for the names in `small`),
+    LayerNorm gains 1 + normal(0, 0.2), biases normal(0, 0.1); drawn from g in
+    the order of names."""
+    with torch.no_grad():
+        for name in names:
+            p = params[name]
+            if p.dim() == 2:
+                std = 0.05 if name in small else 0.3
+                w = torch.randn(p.shape, generator=g, dtype=torch.float64) * std
+            elif name.endswith(".weight"):  # LayerNorm gain
+                w = 1.0 + 0.2 * torch.randn(p.shape, generator=g, dtype=torch.float64)
+            else:
+                w = 0.1 * torch.randn(p.shape, generator=g, dtype=torch.float64)
+            p.copy_(w.float().double())
+
+
+def gradients_and_steps(params, names, loss_of):
+    """The initial values, the loss of loss_of() with every gradient, and the
+    losses of five AdamW steps (lr 1e-2, decay 0.01 on matrices only, as the C
+    optimizer does; no clipping)."""
+    initial = {name: params[name].detach().clone() for name in names}
+    for p in params.values():
+        p.grad = None
+    loss = loss_of()
+    loss.backward()
+    grads = {name: params[name].grad.detach().clone() for name in names}
+    decay = [params[n] for n in names if params[n].dim() == 2]
+    no_decay = [params[n] for n in names if params[n].dim() != 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=1e-2, betas=(0.9, 0.999), eps=1e-8)
+    losses = []
+    for _ in range(5):
+        opt.zero_grad()
+        step_loss = loss_of()
+        losses.append(step_loss.item())
+        step_loss.backward()
+        opt.step()
+    return initial, loss, grads, losses
+
+
 def make_fixture(path, seed, n_layers, d, heads, ff, V, C, pooling, max_len, lengths,
                  positions="sinusoidal", ngram_order=1, ngram_buckets=0, label_smoothing=0.0,
                  id_rows=None):
@@ -316,22 +359,11 @@ def make_fixture(path, seed, n_layers, d, heads, ff, V, C, pooling, max_len, len
     params = dict(model.named_parameters())
     assert sorted(params) == sorted(names), (sorted(params), sorted(names))
 
-    # Weights large enough that every gradient is well above rounding noise;
     # LayerNorm gains and all biases random too, so their gradients are tested
-    # away from the trivial initial values. Every value is a float32.
-    with torch.no_grad():
-        for name in names:
-            p = params[name]
-            if p.dim() == 2:
-                # A smaller head keeps the initial loss near log(C), so the
-                # five AdamW steps move it visibly instead of saturating.
-                std = 0.05 if name == "head.weight" else 0.3
-                w = torch.randn(p.shape, generator=g, dtype=torch.float64) * std
-            elif name.endswith(".weight"):  # LayerNorm gain
-                w = 1.0 + 0.2 * torch.randn(p.shape, generator=g, dtype=torch.float64)
-            else:
-                w = 0.1 * torch.randn(p.shape, generator=g, dtype=torch.float64)
-            p.copy_(w.float().double())
+    # away from the trivial initial values. A smaller head keeps the initial
+    # loss near log(C), so the five AdamW steps move it visibly instead of
+    # saturating.
+    fill_weights(params, names, g, small=("head.weight",))
 
     if id_rows is None:
         ids = torch.randint(1, V, (B, T), generator=g)
@@ -346,27 +378,9 @@ def make_fixture(path, seed, n_layers, d, heads, ff, V, C, pooling, max_len, len
         ids[b, lengths[b]:] = PAD_ID
     labels = torch.randint(0, C, (B,), generator=g)
 
-    initial = {name: params[name].detach().clone() for name in names}
-
     logits = model(ids, lens)
-    loss = train_loss(logits, labels, label_smoothing)
-    model.zero_grad()
-    loss.backward()
-    grads = {name: params[name].grad.detach().clone() for name in names}
-
-    # Five AdamW steps; decay only on matrices, as the C optimizer does.
-    decay = [params[n] for n in names if params[n].dim() == 2]
-    no_decay = [params[n] for n in names if params[n].dim() != 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=1e-2, betas=(0.9, 0.999), eps=1e-8)
-    losses = []
-    for _ in range(5):
-        opt.zero_grad()
-        step_loss = train_loss(model(ids, lens), labels, label_smoothing)
-        losses.append(step_loss.item())
-        step_loss.backward()
-        opt.step()
+    initial, loss, grads, losses = gradients_and_steps(
+        params, names, lambda: train_loss(model(ids, lens), labels, label_smoothing))
 
     tensors = [("param." + n, initial[n]) for n in names]
     tensors += [("ids", ids.double()), ("lengths", lens.double()), ("labels", labels.double()),
@@ -419,16 +433,7 @@ def make_mlm_fixture(path, seed, n_layers, d, heads, ff, V, max_len, id_rows, po
     names = param_names(n_layers, positions, ngram_order, ngram_buckets, "masked_lm")
     params = dict(model.named_parameters())
     assert sorted(params) == sorted(names), (sorted(params), sorted(names))
-    with torch.no_grad():
-        for name in names:
-            p = params[name]
-            if p.dim() == 2:
-                w = torch.randn(p.shape, generator=g, dtype=torch.float64) * 0.3
-            elif name.endswith(".weight"):  # LayerNorm gain
-                w = 1.0 + 0.2 * torch.randn(p.shape, generator=g, dtype=torch.float64)
-            else:
-                w = 0.1 * torch.randn(p.shape, generator=g, dtype=torch.float64)
-            p.copy_(w.float().double())
+    fill_weights(params, names, g)
     ids = torch.full((B, T), PAD_ID, dtype=torch.long)
     for b, r in enumerate(id_rows):
         ids[b, :len(r)] = torch.tensor(r)
@@ -437,26 +442,9 @@ def make_mlm_fixture(path, seed, n_layers, d, heads, ff, V, max_len, id_rows, po
     assert all(t < lengths[b] for b, t in positions_bt), "a position on a pad"
     assert flat.tolist() == sorted(set(flat.tolist())), "positions must be ascending and distinct"
     tgt = torch.tensor(targets)
-    initial = {name: params[name].detach().clone() for name in names}
-
     logits = model(ids, lens, flat)
-    loss = F.cross_entropy(logits, tgt)
-    model.zero_grad()
-    loss.backward()
-    grads = {name: params[name].grad.detach().clone() for name in names}
-
-    decay = [params[n] for n in names if params[n].dim() == 2]
-    no_decay = [params[n] for n in names if params[n].dim() != 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=1e-2, betas=(0.9, 0.999), eps=1e-8)
-    losses = []
-    for _ in range(5):
-        opt.zero_grad()
-        step_loss = F.cross_entropy(model(ids, lens, flat), tgt)
-        losses.append(step_loss.item())
-        step_loss.backward()
-        opt.step()
+    initial, loss, grads, losses = gradients_and_steps(
+        params, names, lambda: F.cross_entropy(model(ids, lens, flat), tgt))
 
     tensors = [("param." + n, initial[n]) for n in names]
     tensors += [("ids", ids.double()), ("lengths", lens.double()),

@@ -113,6 +113,16 @@ static ac_model_config small_config(ac_pooling pooling, float dropout)
     return c;
 }
 
+/* Learned positions and hashed uni+bi+trigrams in a small table (so
+ * n-grams share rows). */
+static ac_model_config with_ngrams_and_positions(ac_model_config c)
+{
+    c.positions = AC_POS_LEARNED;
+    c.ngram_order = 3;
+    c.ngram_buckets = 13;
+    return c;
+}
+
 static void model_make(ac_model *m, const ac_model_config *cfg, int B, int T)
 {
     ac_err err;
@@ -379,13 +389,10 @@ static int mask_for_test(ac_mlm *h, const ac_model *m, const batch *bt, double f
  * both its input and its output gradient. */
 START_TEST(test_gradcheck_masked_lm)
 {
-    ac_model_config cfg = small_config(AC_POOL_MEAN, 0.2f);
+    ac_model_config cfg = with_ngrams_and_positions(small_config(AC_POOL_MEAN, 0.2f));
     cfg.objective = AC_OBJECTIVE_MASKED_LM;
     cfg.n_classes = 0;
     cfg.vocab_size = 21; /* V - 1 = 20 is not a multiple of the 16 SIMD lanes */
-    cfg.positions = AC_POS_LEARNED;
-    cfg.ngram_order = 3;
-    cfg.ngram_buckets = 13;
     ac_model m;
     enum { B = 4, T = 6 };
     model_make(&m, &cfg, B, T);
@@ -475,14 +482,10 @@ START_TEST(test_gradcheck_cls_pooling)
 }
 END_TEST
 
-/* Learned positions and hashed uni+bi+trigrams (a small table, so n-grams
- * share rows), every tensor by finite differences. */
+/* Learned positions and n-grams, every tensor by finite differences. */
 START_TEST(test_gradcheck_ngrams_learned_positions)
 {
-    ac_model_config cfg = small_config(AC_POOL_MEAN, 0.0f);
-    cfg.positions = AC_POS_LEARNED;
-    cfg.ngram_order = 3;
-    cfg.ngram_buckets = 13;
+    ac_model_config cfg = with_ngrams_and_positions(small_config(AC_POOL_MEAN, 0.0f));
     ac_model m;
     enum { B = 4, T = 6 };
     model_make(&m, &cfg, B, T);

@@ -477,6 +477,25 @@ START_TEST(test_vocab_training_rows_only)
 }
 END_TEST
 
+/* v written as vocab.txt and loaded back into *back: same tokens, same ids. */
+static void vocab_round_trip(const ac_vocab *v, ac_vocab *back)
+{
+    ac_err err = {{0}};
+    char path[64];
+    write_temp(path, sizeof path, "", 0);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(ac_vocab_write(v, f, &err), 0);
+    ck_assert_int_eq(fclose(f), 0);
+    ck_assert_msg(ac_vocab_load(back, path, &err) == 0, "%s", err.msg);
+    unlink(path);
+    ck_assert_int_eq(back->size, v->size);
+    for (int32_t i = 0; i < v->size; i++) {
+        ck_assert_str_eq(back->tokens[i], v->tokens[i]);
+        ck_assert_int_eq(ac_vocab_lookup(back, v->tokens[i], strlen(v->tokens[i])), i);
+    }
+}
+
 START_TEST(test_vocab_write_load_roundtrip)
 {
     const char *texts[] = {"Zebra caf\xC3\xA9 \xE6\x97\xA5 don't!", "zebra zebra !"};
@@ -488,20 +507,8 @@ START_TEST(test_vocab_write_load_roundtrip)
         ac_vocab v, back;
         ac_err err = {{0}};
         ck_assert_int_eq(ac_vocab_build(&v, &d, NULL, 2, &cfg, 1000, 1, with_cls, &err), 0);
-        char path[64];
-        write_temp(path, sizeof path, "", 0);
-        FILE *f = fopen(path, "w");
-        ck_assert_ptr_nonnull(f);
-        ck_assert_int_eq(ac_vocab_write(&v, f, &err), 0);
-        ck_assert_int_eq(fclose(f), 0);
-        ck_assert_msg(ac_vocab_load(&back, path, &err) == 0, "%s", err.msg);
-        unlink(path);
-        ck_assert_int_eq(back.size, v.size);
+        vocab_round_trip(&v, &back);
         ck_assert_int_eq(back.with_cls, with_cls);
-        for (int32_t i = 0; i < v.size; i++) {
-            ck_assert_str_eq(back.tokens[i], v.tokens[i]);
-            ck_assert_int_eq(ac_vocab_lookup(&back, v.tokens[i], strlen(v.tokens[i])), i);
-        }
         ac_vocab_free(&v);
         ac_vocab_free(&back);
     }
@@ -548,15 +555,7 @@ START_TEST(test_vocab_mask_token)
                          -1);
         ck_assert_ptr_nonnull(strstr(err.msg, "too small"));
 
-        char path[64];
-        write_temp(path, sizeof path, "", 0);
-        FILE *f = fopen(path, "w");
-        ck_assert_ptr_nonnull(f);
-        ck_assert_int_eq(ac_vocab_write(&v, f, &err), 0);
-        ck_assert_int_eq(fclose(f), 0);
-        ck_assert_msg(ac_vocab_load(&back, path, &err) == 0, "%s", err.msg);
-        unlink(path);
-        ck_assert_int_eq(back.size, v.size);
+        vocab_round_trip(&v, &back);
         ck_assert_int_eq(back.mask_id, v.mask_id);
         ck_assert_int_eq(back.with_cls, with_cls);
         ck_assert_int_eq(ac_vocab_lookup(&back, "<mask>", 6), v.mask_id);
