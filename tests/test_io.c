@@ -1063,7 +1063,7 @@ START_TEST(test_config_of_version_0_1_loads)
         "    \"positions\": \"learned\",\n", "    \"ngram_order\": 2,\n",
         "    \"ngram_buckets\": 262144,\n", "    \"temperature\": 1\n",
         "    \"crop_frac\": 0.5,\n", "    \"crop_min\": 1,\n", "    \"crop_max\": 64,\n",
-        "    \"label_smoothing\": 0,\n", "    \"token_dropout\": 0.1,\n", "    \"ema\": 0\n",
+        "    \"label_smoothing\": 0,\n", "    \"token_dropout\": 0,\n", "    \"ema\": 0\n",
         "    \"objective\": \"classification\",\n", "    \"mask_frac\": 0.15,\n",
         "    \"init_model\": \"\",\n",
     };

@@ -76,7 +76,7 @@ void ac_config_defaults(ac_config *c)
         .crop_min = 1,
         .crop_max = 64,
         .label_smoothing = 0.0f,
-        .token_dropout = 0.1f,
+        .token_dropout = 0.0f,
         .ema = 0.0f,
         .mask_frac = AC_MLM_MASK_FRAC,
     };
