@@ -417,6 +417,126 @@ START_TEST(test_eval_json)
 }
 END_TEST
 
+/* The top (up to 5) positive scores of a JSON array, largest first (ties:
+ * earlier position), as eval --errors picks them. */
+static int top_pushers(const cJSON *scores, int *pos, double *val)
+{
+    int k = 0, n = cJSON_GetArraySize(scores);
+    for (int t = 0; t < n; t++) {
+        double x = cJSON_GetArrayItem(scores, t)->valuedouble;
+        if (!(x > 0.0))
+            continue;
+        int j = k < 5 ? k++ : 5;
+        if (j == 5 && x <= val[4])
+            continue;
+        if (j == 5)
+            j = 4;
+        while (j > 0 && val[j - 1] < x) {
+            val[j] = val[j - 1];
+            pos[j] = pos[j - 1];
+            j--;
+        }
+        val[j] = x;
+        pos[j] = t;
+    }
+    return k;
+}
+
+/* eval --errors names the tokens that pushed each mistake toward the wrong
+ * class: by default gradient x input, with --attribution ig integrated
+ * gradients; they are the largest positive attributions that inspect gives
+ * the same review with the same method. The short reviews are out of the
+ * sample's domain, so the fixture model gets plenty of them wrong. */
+START_TEST(test_eval_errors_explained)
+{
+    char model[512];
+    model_dir(model, sizeof model);
+    const char *methods[2] = {"gradxinput", "ig"};
+    for (int m = 0; m < 2; m++) {
+        const char *args[] = {"eval", "--model", model, "data/short_reviews.csv", "--json", "--errors", "4",
+                              m ? "--attribution" : NULL, methods[m], NULL};
+        result r = run(args);
+        ck_assert_msg(r.status == 0, "status %d, stderr: %s", r.status, r.err);
+        cJSON *o = cJSON_Parse(r.out);
+        ck_assert_msg(o != NULL, "not JSON: %s", r.out);
+        ck_assert_str_eq(cJSON_GetObjectItem(o, "errors_attribution")->valuestring, methods[m]);
+        const cJSON *errs = cJSON_GetObjectItemCaseSensitive(o, "errors");
+        ck_assert_int_eq(cJSON_GetArraySize(errs), 4);
+        int compared = 0;
+        for (int i = 0; i < 4; i++) {
+            const cJSON *e = cJSON_GetArrayItem(errs, i);
+            const cJSON *pushed = cJSON_GetObjectItemCaseSensitive(e, "pushed_by");
+            int n = cJSON_GetArraySize(pushed);
+            ck_assert_msg(cJSON_IsArray(pushed) && n >= 1 && n <= 5, "error %d: %d tokens", i, n);
+            double last = INFINITY;
+            for (int k = 0; k < n; k++) {
+                const cJSON *t = cJSON_GetArrayItem(pushed, k);
+                double score = json_num(t, "score");
+                ck_assert(score > 0.0 && score <= last);
+                last = score;
+                ck_assert(strlen(cJSON_GetObjectItem(t, "token")->valuestring) > 0);
+            }
+            /* The same review through inspect, when the excerpt is the whole text. */
+            const char *text = cJSON_GetObjectItem(e, "text")->valuestring;
+            size_t len = strlen(text);
+            if (len >= 3 && strcmp(text + len - 3, "...") == 0)
+                continue;
+            const char *iargs[] = {"inspect", "--model", model, "--format", "json", "--attribution", methods[m],
+                                   "--", text, NULL};
+            result ri = run(iargs);
+            ck_assert_msg(ri.status == 0, "inspect: %s", ri.err);
+            cJSON *j = cJSON_Parse(ri.out);
+            ck_assert_ptr_nonnull(j);
+            const char *predicted = cJSON_GetObjectItem(e, "predicted")->valuestring;
+            ck_assert_str_eq(cJSON_GetObjectItem(j, "label")->valuestring, predicted);
+            const cJSON *scores = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "attributions"), predicted);
+            int pos[5];
+            double val[5];
+            ck_assert_int_eq(top_pushers(scores, pos, val), n);
+            for (int k = 0; k < n; k++) {
+                const cJSON *t = cJSON_GetArrayItem(pushed, k);
+                ck_assert_int_eq((int)json_num(t, "position"), pos[k]);
+                ck_assert_str_eq(cJSON_GetObjectItem(t, "token")->valuestring,
+                                 cJSON_GetArrayItem(cJSON_GetObjectItem(j, "tokens"), pos[k])->valuestring);
+                ck_assert_msg(fabs(json_num(t, "score") - val[k]) <= 1e-5 * fabs(val[k]) + 1e-7,
+                              "%s: eval %.8g, inspect %.8g", methods[m], json_num(t, "score"), val[k]);
+            }
+            compared++;
+            cJSON_Delete(j);
+            result_free(&ri);
+        }
+        ck_assert_int_ge(compared, 2);
+        cJSON_Delete(o);
+        result_free(&r);
+    }
+
+    /* The table: a line of pushers under each mistake; none with --attribution none. */
+    const char *table[] = {"eval", "--model", model, "data/short_reviews.csv", "--errors", "2", NULL};
+    result r = run(table);
+    ck_assert_msg(r.status == 0, "%s", r.err);
+    ck_assert_ptr_nonnull(strstr(r.out, "tokens scored by gradient x input toward the predicted class"));
+    int lines = 0;
+    for (const char *p = r.out; (p = strstr(p, "\n               pushed toward ")); p++) {
+        ck_assert_msg(strstr(p, " by: ") && strstr(p, "[+"), "%.120s", p);
+        lines++;
+    }
+    ck_assert_int_eq(lines, 2);
+    result_free(&r);
+    const char *plain[] = {"eval", "--model", model, "data/short_reviews.csv", "--errors", "2",
+                           "--attribution", "none", NULL};
+    r = run(plain);
+    ck_assert_msg(r.status == 0, "%s", r.err);
+    ck_assert_ptr_nonnull(strstr(r.out, "most confidently wrong (2 of "));
+    ck_assert_ptr_null(strstr(r.out, "pushed toward"));
+    result_free(&r);
+    const char *bad[] = {"eval", "--model", model, "data/short_reviews.csv", "--attribution", "lime", NULL};
+    r = run(bad);
+    ck_assert_int_eq(r.status, 2);
+    ck_assert_ptr_nonnull(strstr(r.err, "lime"));
+    result_free(&r);
+}
+END_TEST
+
 START_TEST(test_eval_unknown_label)
 {
     char model[512], csv_path[512];
@@ -888,6 +1008,7 @@ int main(void)
         tcase_add_test(tc, test_eval_table);
         tcase_add_test(tc, test_eval_json);
         tcase_add_test(tc, test_eval_unknown_label);
+        tcase_add_test(tc, test_eval_errors_explained);
         tcase_add_test(tc, test_predict_awkward_lines);
         tcase_add_test(tc, test_predict_json);
         tcase_add_test(tc, test_predict_threshold);

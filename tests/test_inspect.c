@@ -309,8 +309,63 @@ static int encode_like_the_model(const char *dir, const char *text, int32_t *ids
     return n;
 }
 
-/* Checks the JSON dump: sizes, ids, rows summing to 1, probabilities, weights.
- * Returns the number of tokens. */
+/* The raw logits and, when there are attributions, their completeness: the
+ * scores of the predicted class add up to its logit minus its baseline logit
+ * within 1 % (integrated gradients), "delta" is that relative gap, and a
+ * [CLS] token gets nothing. The test models have temperature 1, so the
+ * probabilities are the softmax of the logits. Returns the method. */
+static const char *check_json_attributions(const cJSON *j, int n)
+{
+    cJSON *logits = get(j, "logits"), *probs = get(j, "probabilities");
+    const char *label = get(j, "label")->valuestring;
+    double z0 = get(logits, "negative")->valuedouble, z1 = get(logits, "positive")->valuedouble;
+    double p1 = 1.0 / (1.0 + exp(z0 - z1));
+    ck_assert_msg(fabs(p1 - get(probs, "positive")->valuedouble) < 1e-4, "softmax(logits) %g vs %g", p1,
+                  get(probs, "positive")->valuedouble);
+    const char *method = get(j, "attribution")->valuestring;
+    ck_assert_ptr_nonnull(method);
+    if (strcmp(method, "none") == 0) {
+        ck_assert_ptr_null(cJSON_GetObjectItemCaseSensitive(j, "attributions"));
+        ck_assert_ptr_null(cJSON_GetObjectItemCaseSensitive(j, "delta"));
+        return "none";
+    }
+    ck_assert_msg(strcmp(method, "ig") == 0 || strcmp(method, "gradxinput") == 0, "method %s", method);
+    ck_assert_ptr_nonnull(strstr(get(j, "attribution_baseline")->valuestring, "<pad>"));
+    cJSON *attr = get(j, "attributions"), *base = get(j, "baseline_logits");
+    ck_assert_int_eq(cJSON_GetArraySize(attr), 2);
+    int cls = strcmp(cJSON_GetArrayItem(get(j, "tokens"), 0)->valuestring, "[CLS]") == 0;
+    double sum[2] = {0.0, 0.0}, total_abs = 0.0;
+    const char *names[2] = {"negative", "positive"};
+    for (int c = 0; c < 2; c++) {
+        cJSON *scores = get(attr, names[c]);
+        ck_assert_int_eq(cJSON_GetArraySize(scores), n);
+        for (int i = 0; i < n; i++) {
+            cJSON *x = cJSON_GetArrayItem(scores, i);
+            ck_assert(cJSON_IsNumber(x));
+            sum[c] += x->valuedouble;
+            total_abs += fabs(x->valuedouble);
+        }
+        if (cls)
+            ck_assert(cJSON_GetArrayItem(scores, 0)->valuedouble == 0.0);
+    }
+    ck_assert_msg(total_abs > 1e-3, "all attributions are 0");
+    int p = strcmp(label, "positive") == 0;
+    double change = get(logits, names[p])->valuedouble - get(base, names[p])->valuedouble;
+    double gap = fabs(sum[p] - change) / fmax(fabs(change), 1e-3);
+    double delta = get(j, "delta")->valuedouble;
+    /* the JSON numbers carry 6 significant digits */
+    ck_assert_msg(fabs(gap - delta) <= 1e-4 + 1e-4 * delta, "delta %g, from the numbers %g", delta, gap);
+    if (strcmp(method, "ig") == 0) {
+        ck_assert_msg(gap <= 0.01, "scores sum to %g, logit change %g (gap %.4f)", sum[p], change, gap);
+        ck_assert_int_ge((int)get(j, "attribution_steps")->valuedouble, 1);
+    } else {
+        ck_assert_ptr_null(cJSON_GetObjectItemCaseSensitive(j, "attribution_steps"));
+    }
+    return method;
+}
+
+/* Checks the JSON dump: sizes, ids, rows summing to 1, probabilities, weights,
+ * logits and attributions. Returns the number of tokens. */
 static int check_json_dump(const cJSON *j, const char *model_dir, const char *text, int n_layers, int n_heads)
 {
     cJSON *tokens = get(j, "tokens"), *ids = get(j, "ids"), *att = get(j, "attention");
@@ -361,6 +416,7 @@ static int check_json_dump(const cJSON *j, const char *model_dir, const char *te
     for (int i = 0; i < n; i++)
         wsum += cJSON_GetArrayItem(weights, i)->valuedouble;
     ck_assert_msg(fabs(wsum - 1.0) < 1e-4, "token weights sum to %g", wsum);
+    check_json_attributions(j, n);
     return n;
 }
 
@@ -937,8 +993,8 @@ static int remove_entry(const char *path, const struct stat *sb, int flag, struc
     return remove(path);
 }
 
-/* Screenshots file://ABS_PATH with headless Chromium into png. */
-static void chromium_screenshot(const char *file, const char *png)
+/* Screenshots file://ABS_PATH with headless Chromium into png (1200 x height). */
+static void chromium_screenshot_sized(const char *file, const char *png, int height)
 {
     char profile[] = "/tmp/attnctl-chromium-XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(profile));
@@ -947,6 +1003,8 @@ static void chromium_screenshot(const char *file, const char *png)
     snprintf(url, sizeof url, "file://%s", abs);
     snprintf(profile_arg, sizeof profile_arg, "--user-data-dir=%s", profile);
     snprintf(shot_arg, sizeof shot_arg, "--screenshot=%s", png);
+    char size_arg[64];
+    snprintf(size_arg, sizeof size_arg, "--window-size=1200,%d", height);
     unlink(png);
     pid_t pid = fork();
     ck_assert(pid >= 0);
@@ -958,7 +1016,7 @@ static void chromium_screenshot(const char *file, const char *png)
         setenv("HOME", profile, 1);
         execl("/usr/bin/timeout", "timeout", "90", CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
               "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update",
-              "--disable-sync", "--hide-scrollbars", profile_arg, shot_arg, "--window-size=1200,900", url,
+              "--disable-sync", "--hide-scrollbars", profile_arg, shot_arg, size_arg, url,
               (char *)NULL);
         _exit(127);
     }
@@ -967,6 +1025,11 @@ static void chromium_screenshot(const char *file, const char *png)
     nftw(profile, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "chromium failed (status %d)", st);
     ck_assert_msg(access(png, R_OK) == 0, "chromium wrote no screenshot");
+}
+
+static void chromium_screenshot(const char *file, const char *png)
+{
+    chromium_screenshot_sized(file, png, 900);
 }
 
 START_TEST(test_pictures_in_a_browser)
@@ -1015,8 +1078,10 @@ START_TEST(test_pictures_in_a_browser)
         printf("SKIP test_pictures_in_a_browser: %s not installed\n", CHROMIUM);
         return;
     }
-    chromium_screenshot(svg, svg_png);
-    chromium_screenshot(html, html_png);
+    /* The attribution panels (on by default) sit above the maps: a taller
+     * window shows about as much of the maps as 900 pixels did without them. */
+    chromium_screenshot_sized(svg, svg_png, 1150);
+    chromium_screenshot_sized(html, html_png, 1250);
     image img;
     png_decode(svg_png, &img);
     image_stats s = png_stats(&img);
@@ -1043,6 +1108,340 @@ START_TEST(test_pictures_in_a_browser)
 }
 END_TEST
 
+/* ------------------------------------------------------- attributions */
+
+/* --attribution and --steps: the methods and their JSON, the text format with
+ * and without them, and the usage errors. */
+START_TEST(test_attribution_options)
+{
+    char dir[300], model[400];
+    scratch_dir(dir, sizeof dir, "attribution");
+    join(model, sizeof model, dir, "model");
+    make_model(model, &MAX2x2);
+    const char *text = "i loved this film , but the plot was boring . a terrible story !";
+    run_result ig, steps8, gxi, none;
+    run_inspect(&ig, dir, (const char *const[]){"--model", model, "--format", "json", text, NULL}, NULL, NO_ENV);
+    run_inspect(&steps8, dir,
+                (const char *const[]){"--model", model, "--format", "json", "--attribution", "ig", "--steps", "8",
+                                      text, NULL},
+                NULL, NO_ENV);
+    run_inspect(&gxi, dir,
+                (const char *const[]){"--model", model, "--format", "json", "--attribution=gradxinput", text, NULL},
+                NULL, NO_ENV);
+    run_inspect(&none, dir,
+                (const char *const[]){"--model", model, "--format", "json", "--attribution", "none", text, NULL},
+                NULL, NO_ENV);
+    cJSON *jig = parse_json_output(&ig), *j8 = parse_json_output(&steps8), *jg = parse_json_output(&gxi),
+          *jn = parse_json_output(&none);
+    int n = check_json_dump(jig, model, text, 2, 2);
+    check_json_dump(j8, model, text, 2, 2);
+    check_json_dump(jg, model, text, 2, 2);
+    check_json_dump(jn, model, text, 2, 2);
+    /* the default is integrated gradients with 32 steps (doubled if need be) */
+    ck_assert_str_eq(get(jig, "attribution")->valuestring, "ig");
+    int s_default = (int)get(jig, "attribution_steps")->valuedouble;
+    int s8 = (int)get(j8, "attribution_steps")->valuedouble;
+    ck_assert_msg(s_default >= 32 && (s_default & (s_default - 1)) == 0, "steps %d", s_default);
+    ck_assert_msg(s8 >= 8 && s8 <= s_default && (s8 & (s8 - 1)) == 0, "steps %d", s8);
+    ck_assert_str_eq(get(jg, "attribution")->valuestring, "gradxinput");
+    ck_assert_str_eq(get(jn, "attribution")->valuestring, "none");
+    /* The attention part does not depend on the attributions. */
+    cJSON *a_ig = cJSON_GetArrayItem(cJSON_GetArrayItem(get(jig, "attention"), 1), 1);
+    cJSON *a_none = cJSON_GetArrayItem(cJSON_GetArrayItem(get(jn, "attention"), 1), 1);
+    for (int q = 0; q < n; q++)
+        for (int k = 0; k < n; k++)
+            ck_assert(cJSON_GetArrayItem(cJSON_GetArrayItem(a_ig, q), k)->valuedouble ==
+                      cJSON_GetArrayItem(cJSON_GetArrayItem(a_none, q), k)->valuedouble);
+    ck_assert(get(get(jig, "probabilities"), "positive")->valuedouble ==
+              get(get(jn, "probabilities"), "positive")->valuedouble);
+    /* Integrated gradients and gradient x input agree on the sign of the
+     * strongest tokens of this text more often than not, but are different numbers. */
+    cJSON *sig = get(get(jig, "attributions"), "positive"), *sgx = get(get(jg, "attributions"), "positive");
+    int differ = 0;
+    for (int i = 0; i < n; i++)
+        differ += fabs(cJSON_GetArrayItem(sig, i)->valuedouble - cJSON_GetArrayItem(sgx, i)->valuedouble) > 1e-3;
+    ck_assert_int_gt(differ, 0);
+    cJSON_Delete(jig);
+    cJSON_Delete(j8);
+    cJSON_Delete(jg);
+    cJSON_Delete(jn);
+    run_result_free(&ig);
+    run_result_free(&steps8);
+    run_result_free(&gxi);
+    run_result_free(&none);
+
+    /* text: no attribution block with none */
+    const char *const no_color[] = {"NO_COLOR=1", NULL};
+    run_result r;
+    run_inspect(&r, dir, (const char *const[]){"--model", model, "--attribution", "none", text, NULL}, NULL,
+                no_color);
+    ck_assert_msg(r.status == 0, "%s", r.err);
+    ck_assert_ptr_null(strstr(r.out, "attribution to"));
+    ck_assert_ptr_null(strchr(r.out, '['));
+    run_result_free(&r);
+
+    static const struct {
+        const char *args[3];
+        const char *stderr_has;
+    } bad[] = {
+        {{"--attribution", "shap", NULL}, "shap"},
+        {{"--attribution", "IG", NULL}, "ig, gradxinput or none"},
+        {{"--steps", "0", NULL}, "--steps"},
+        {{"--steps", "4097", NULL}, "1 to 4096"},
+        {{"--steps", "many", NULL}, "--steps"},
+    };
+    for (size_t c = 0; c < sizeof bad / sizeof bad[0]; c++) {
+        run_inspect(&r, dir, (const char *const[]){"--model", model, bad[c].args[0], bad[c].args[1], text, NULL},
+                    NULL, NO_ENV);
+        ck_assert_msg(r.status == 2, "case %zu: exit %d (%s)", c, r.status, r.err);
+        ck_assert_msg(strstr(r.err, bad[c].stderr_has) != NULL, "case %zu: %s", c, r.err);
+        ck_assert_int_eq((int)r.out_len, 0);
+        run_result_free(&r);
+    }
+    run_inspect(&r, dir, (const char *const[]){"--model", model, "--help", NULL}, NULL, NO_ENV);
+    ck_assert_ptr_nonnull(strstr(r.out, "--attribution"));
+    ck_assert_ptr_nonnull(strstr(r.out, "(default 32)"));
+    run_result_free(&r);
+}
+END_TEST
+
+/* Attributions are of the raw logits: a model with a fitted temperature (2)
+ * reports the same logits and scores as the same weights without one, and
+ * its probabilities are softmax(logits / 2). */
+START_TEST(test_attribution_ignores_temperature)
+{
+    char dir[300], model[400], warm[400];
+    scratch_dir(dir, sizeof dir, "attribution-temperature");
+    join(model, sizeof model, dir, "model");
+    join(warm, sizeof warm, dir, "warm");
+    make_model(model, &MAX2x2);
+    ac_model_dir md;
+    ac_err err = {{0}};
+    ck_assert_msg(ac_model_dir_load(&md, model, &err) == 0, "%s", err.msg);
+    md.config.model.temperature = 2.0f;
+    md.model.cfg.temperature = 2.0f;
+    ck_assert_msg(ac_model_dir_save(warm, &md.config, &md.vocab, &md.model, NULL, NULL, NULL, &err) == 0, "%s",
+                  err.msg);
+    ac_model_dir_free(&md);
+    const char *text = "a terrible story , but fun acting !";
+    run_result r1, r2;
+    run_inspect(&r1, dir, (const char *const[]){"--model", model, "--format", "json", text, NULL}, NULL, NO_ENV);
+    run_inspect(&r2, dir, (const char *const[]){"--model", warm, "--format", "json", text, NULL}, NULL, NO_ENV);
+    cJSON *j1 = parse_json_output(&r1), *j2 = parse_json_output(&r2);
+    check_json_dump(j1, model, text, 2, 2);
+    const char *names[2] = {"negative", "positive"};
+    double z[2];
+    for (int c = 0; c < 2; c++) {
+        z[c] = get(get(j2, "logits"), names[c])->valuedouble;
+        ck_assert(z[c] == get(get(j1, "logits"), names[c])->valuedouble);
+        ck_assert(get(get(j2, "baseline_logits"), names[c])->valuedouble ==
+                  get(get(j1, "baseline_logits"), names[c])->valuedouble);
+        cJSON *a1 = get(get(j1, "attributions"), names[c]), *a2 = get(get(j2, "attributions"), names[c]);
+        for (int i = 0; i < cJSON_GetArraySize(a1); i++)
+            ck_assert(cJSON_GetArrayItem(a1, i)->valuedouble == cJSON_GetArrayItem(a2, i)->valuedouble);
+    }
+    double p1 = 1.0 / (1.0 + exp((z[0] - z[1]) / 2.0));
+    ck_assert_msg(fabs(p1 - get(get(j2, "probabilities"), "positive")->valuedouble) < 1e-5, "%g vs %g", p1,
+                  get(get(j2, "probabilities"), "positive")->valuedouble);
+    ck_assert_msg(fabs(z[0] - z[1]) > 0.5, "the logits are too close for the temperature to show");
+    cJSON_Delete(j1);
+    cJSON_Delete(j2);
+    run_result_free(&r1);
+    run_result_free(&r2);
+}
+END_TEST
+
+/* The text format's attribution block: the numbers are the JSON's scores of
+ * the predicted class (3 decimals), the sum line adds them up; on a terminal
+ * the block is shaded red and blue while the attention block stays on its
+ * white-to-red scale. */
+START_TEST(test_attribution_text)
+{
+    char dir[300], model[400];
+    scratch_dir(dir, sizeof dir, "attribution-text");
+    join(model, sizeof model, dir, "model");
+    make_model(model, &MAX2x2);
+    const char *text = "i loved this film , but the plot was boring . a terrible story !";
+    run_result rj, rt;
+    run_inspect(&rj, dir, (const char *const[]){"--model", model, "--format", "json", text, NULL}, NULL, NO_ENV);
+    run_inspect(&rt, dir, (const char *const[]){"--model", model, text, NULL}, NULL,
+                (const char *const[]){"NO_COLOR=1", NULL});
+    cJSON *j = parse_json_output(&rj);
+    ck_assert_msg(rt.status == 0, "%s", rt.err);
+    const char *label = get(j, "label")->valuestring;
+    char want[128];
+    snprintf(want, sizeof want, "\nattribution to %s (integrated gradients, %d steps; completeness gap ", label,
+             (int)get(j, "attribution_steps")->valuedouble);
+    const char *block = strstr(rt.out, want);
+    ck_assert_msg(block != NULL, "no '%s' in:\n%s", want + 1, rt.out);
+    cJSON *scores = get(get(j, "attributions"), label);
+    int n = cJSON_GetArraySize(scores), seen = 0;
+    double sum = 0.0;
+    const char *p = strchr(block + 1, '\n');
+    for (; seen < n && (p = strchr(p, '[')); p++) {
+        double x;
+        if (sscanf(p, "[%lf]", &x) != 1)
+            continue;
+        double want_x = cJSON_GetArrayItem(scores, seen)->valuedouble;
+        ck_assert_msg(fabs(x - want_x) <= 5.1e-4, "token %d: %g, JSON %g", seen, x, want_x);
+        ck_assert(p[1] == '+' || p[1] == '-');
+        sum += want_x;
+        seen++;
+    }
+    ck_assert_int_eq(seen, n);
+    double printed_sum;
+    const char *sum_line = strstr(block, "\nsum ");
+    ck_assert_ptr_nonnull(sum_line);
+    ck_assert_int_eq(sscanf(sum_line, "\nsum %lf", &printed_sum), 1);
+    ck_assert_msg(fabs(printed_sum - sum) < 1e-3, "sum %g vs %g", printed_sum, sum);
+    ck_assert_ptr_nonnull(strstr(sum_line, "baseline: every token replaced by <pad>"));
+    cJSON_Delete(j);
+    run_result_free(&rj);
+    run_result_free(&rt);
+
+    /* On a 24-bit terminal: red and blue backgrounds in the attribution
+     * block, none blue in the attention block above it. */
+    int status;
+    char *out = run_inspect_tty((const char *const[]){"--model", model, text, NULL},
+                                (const char *const[]){"NO_COLOR", "COLORTERM=truecolor", "TERM=xterm-256color", NULL},
+                                &status);
+    ck_assert_int_eq(status, 0);
+    char *attr = strstr(out, "attribution to ");
+    ck_assert_msg(attr != NULL, "%s", out);
+    int red = 0, blue = 0, blue_above = 0;
+    for (const char *q = out; (q = strstr(q, "\x1b[48;2;")); q++) {
+        int r, g, b;
+        ck_assert_int_eq(sscanf(q, "\x1b[48;2;%d;%d;%dm", &r, &g, &b), 3);
+        if (q < attr) {
+            blue_above += b > r + 30;
+        } else {
+            red += r > b + 30;
+            blue += b > r + 30;
+        }
+    }
+    ck_assert_msg(red >= 2 && blue >= 2, "attribution block: %d red, %d blue backgrounds", red, blue);
+    ck_assert_int_eq(blue_above, 0);
+    ck_assert_ptr_nonnull(strstr(attr, "shading: red = pushed toward "));
+    ck_assert_ptr_null(strstr(attr, "[+")); /* colour replaces the numbers */
+    free(out);
+    out = run_inspect_tty((const char *const[]){"--model", model, text, NULL},
+                          (const char *const[]){"NO_COLOR=1", "TERM=xterm-256color", NULL}, &status);
+    ck_assert_int_eq(status, 0);
+    ck_assert_ptr_null(strchr(out, '\x1b'));
+    ck_assert_ptr_nonnull(strstr(out, "["));
+    free(out);
+}
+END_TEST
+
+/* Pixels of exactly this colour. */
+static size_t count_colour(const image *img, int r, int g, int b)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < (size_t)img->w * img->h; i++) {
+        const unsigned char *p = img->rgb + i * 3;
+        n += p[0] == r && p[1] == g && p[2] == b;
+    }
+    return n;
+}
+
+/* Red-tinted and blue-tinted pixels in the rectangle [x0, x1) x [y0, y1). */
+static void count_tints(const image *img, int x0, int x1, int y0, int y1, size_t *red, size_t *blue)
+{
+    *red = *blue = 0;
+    for (int y = y0; y < y1 && y < img->h; y++)
+        for (int x = x0; x < x1 && x < img->w; x++) {
+            const unsigned char *p = img->rgb + ((size_t)y * img->w + x) * 3;
+            *red += p[0] > p[2] + 30;
+            *blue += p[2] > p[0] + 30;
+        }
+}
+
+/* The attribution pictures in a browser: the SVG's bars (red up, blue down,
+ * in exactly the bar colours, absent with --attribution none) and the HTML's
+ * attribution panel (left, beside the attention shading on the right): red
+ * and blue token backgrounds there, while the attention panel and the page
+ * without attributions have no blue in that band. */
+START_TEST(test_attribution_pictures_in_a_browser)
+{
+    char dir[300], model[400];
+    scratch_dir(dir, sizeof dir, "attribution-browser");
+    join(model, sizeof model, dir, "model");
+    make_model(model, &MAX2x2);
+    const char *text = "i loved this film , but the plot was boring . a terrible story !";
+    char svg[2][400], html[2][400], svg_png[2][400], html_png[2][400];
+    const char *methods[2] = {"ig", "none"};
+    for (int k = 0; k < 2; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "%s.svg", methods[k]);
+        join(svg[k], sizeof svg[k], dir, name);
+        snprintf(name, sizeof name, "%s.html", methods[k]);
+        join(html[k], sizeof html[k], dir, name);
+        snprintf(name, sizeof name, "%s.svg.png", methods[k]);
+        join(svg_png[k], sizeof svg_png[k], dir, name);
+        snprintf(name, sizeof name, "%s.html.png", methods[k]);
+        join(html_png[k], sizeof html_png[k], dir, name);
+        run_result r;
+        run_inspect(&r, dir, (const char *const[]){"--model", model, "--attribution", methods[k], "--out", svg[k], text, NULL},
+                    NULL, NO_ENV);
+        ck_assert_msg(r.status == 0, "%s", r.err);
+        run_result_free(&r);
+        run_inspect(&r, dir, (const char *const[]){"--model", model, "--attribution", methods[k], "--out", html[k], text, NULL},
+                    NULL, NO_ENV);
+        ck_assert_msg(r.status == 0, "%s", r.err);
+        run_result_free(&r);
+    }
+    char *svg_text = read_whole(svg[0], NULL), *html_text = read_whole(html[0], NULL);
+    ck_assert_ptr_nonnull(strstr(svg_text, "Attribution to "));
+    ck_assert_ptr_nonnull(strstr(svg_text, "(integrated gradients, "));
+    ck_assert_ptr_nonnull(strstr(svg_text, "fill=\"#b2182b\""));
+    ck_assert_ptr_nonnull(strstr(svg_text, "fill=\"#2166ac\""));
+    ck_assert_ptr_nonnull(strstr(html_text, "<h2>Which words pushed it</h2>"));
+    ck_assert_ptr_nonnull(strstr(html_text, "class=\"scale div\""));
+    ck_assert_ptr_nonnull(strstr(html_text, "the completeness gap"));
+    free(svg_text);
+    free(html_text);
+    html_text = read_whole(html[1], NULL);
+    ck_assert_ptr_null(strstr(html_text, "Which words pushed it"));
+    free(html_text);
+
+    if (access(CHROMIUM, X_OK) != 0) {
+        printf("SKIP test_attribution_pictures_in_a_browser: %s not installed\n", CHROMIUM);
+        return;
+    }
+    image img[2];
+    size_t bars_red[2], bars_blue[2];
+    for (int k = 0; k < 2; k++) {
+        chromium_screenshot(svg[k], svg_png[k]);
+        png_decode(svg_png[k], &img[k]);
+        bars_red[k] = count_colour(&img[k], 0xb2, 0x18, 0x2b);
+        bars_blue[k] = count_colour(&img[k], 0x21, 0x66, 0xac);
+        free(img[k].rgb);
+    }
+    printf("SVG bars: %zu red and %zu blue pixels (none: %zu, %zu)\n", bars_red[0], bars_blue[0], bars_red[1],
+           bars_blue[1]);
+    ck_assert_msg(bars_red[0] > 500 && bars_blue[0] > 300, "SVG bars: %zu red, %zu blue pixels", bars_red[0],
+                  bars_blue[0]);
+    ck_assert_int_eq(bars_red[1] + bars_blue[1], 0);
+
+    /* The band of the page between the probabilities and the attention maps
+     * (y 140..400 at this width): the attribution panel on the left, the
+     * attention shading on the right. The legend of the red-blue scale alone
+     * is about 1,000 blue-tinted pixels; measured when this was written:
+     * left 5,767 red and 2,589 blue, right 11,458 red and 0 blue. */
+    size_t red[2], blue[2];
+    chromium_screenshot(html[0], html_png[0]);
+    png_decode(html_png[0], &img[0]);
+    count_tints(&img[0], 0, 600, 140, 400, &red[0], &blue[0]);
+    count_tints(&img[0], 600, 1200, 140, 400, &red[1], &blue[1]);
+    free(img[0].rgb);
+    printf("HTML panels: attribution %zu red %zu blue, attention %zu red %zu blue pixels\n", red[0], blue[0],
+           red[1], blue[1]);
+    ck_assert_msg(red[0] > 3000 && blue[0] > 2000, "attribution panel: %zu red, %zu blue pixels", red[0],
+                  blue[0]);
+    ck_assert_msg(red[1] > 3000 && blue[1] < 50, "attention panel: %zu red, %zu blue pixels", red[1], blue[1]);
+}
+END_TEST
+
 static Suite *inspect_suite(void)
 {
     Suite *s = suite_create("inspect");
@@ -1058,6 +1457,10 @@ static Suite *inspect_suite(void)
     tcase_add_test(tc, test_stdin_and_out_file);
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_pictures_in_a_browser);
+    tcase_add_test(tc, test_attribution_options);
+    tcase_add_test(tc, test_attribution_text);
+    tcase_add_test(tc, test_attribution_ignores_temperature);
+    tcase_add_test(tc, test_attribution_pictures_in_a_browser);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1363,6 +1363,14 @@ START_TEST(test_modeldir_round_trip)
     save_small(&s, dir);
     ck_assert_msg(ac_model_dir_load(&md, dir, &err) == 0, "%s", err.msg);
     ck_assert(md.model.params[0] == 42.0f);
+    /* the file's data is the parameter buffer: mapped in place, not copied */
+    ck_assert_ptr_nonnull(md.model.params_mapping);
+    /* and the pages are private: writing the weights leaves the file as it was */
+    md.model.params[0] = -1.0f;
+    ac_model_dir again;
+    ck_assert_msg(ac_model_dir_load(&again, dir, &err) == 0, "%s", err.msg);
+    ck_assert(again.model.params[0] == 42.0f);
+    ac_model_dir_free(&again);
     ac_model_dir_free(&md);
 
     /* Python reads the weights with json + struct only. */

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attnctl/attribution.h"
 #include "attnctl/mlm.h"
 #include "attnctl/model.h"
 #include "attnctl/optim.h"
@@ -684,6 +685,252 @@ START_TEST(test_padding_is_invisible)
 }
 END_TEST
 
+/* ------------------------------------------- gradients to the model's input */
+
+/* The model split at embed_sum (ac_model_embed, ac_model_forward_embedded,
+ * ac_model_backward_embedded), as the attributions use it. */
+typedef struct {
+    ac_model *m;
+    const batch *bt;
+    float *embed;    /* [B, T, d]: the input being perturbed */
+    const float *R;  /* [B, C]: the scalar is sum(R * logits) */
+    int calls;
+    uint64_t pattern[2];
+} input_fd_ctx;
+
+static double input_fd_loss(void *p)
+{
+    input_fd_ctx *c = p;
+    float loss = ac_model_forward_embedded(c->m, c->embed, c->bt->lengths, NULL, c->bt->B, c->bt->T);
+    ck_assert(loss == 0.0f);
+    c->pattern[c->calls++ % 2] = kink_pattern(c->m, c->bt, NULL, 0);
+    return gc_dot(c->m->act.logits, c->R, (size_t)c->bt->B * c->m->cfg.n_classes);
+}
+
+/* d(sum R * logits)/d(embed_sum) from ac_model_backward_embedded against
+ * central differences of ac_model_forward_embedded. The input is checked one
+ * position at a time along DIRECTIONS random unit directions u of its d
+ * features: numeric (L(x + h u) - L(x - h u)) / 2h against analytic
+ * g . (x+ - x-) / 2h with the float values actually stored (a wrong element
+ * shows in every direction, each has a component on it).
+ * Tolerance: |analytic - numeric| <= 1e-4 (1 + |g_row|) + 2e-3 |numeric|.
+ * The float rounding of the forward moves L by up to ~6e-7 here, ~1e-4 in a
+ * slope at h 3e-3 (measured coordinate by coordinate on the max-pooling model:
+ * the central difference of an element with gradient -0.3748 moved by 1.4e-4
+ * between h 3.2e-3 and 6.4e-3), and it grows with how strongly L depends on
+ * the row, hence the |g_row| term; a wrong backward is off by O(|g_row|).
+ * A larger h meets more kinks (17 of 80 elements at h 1e-2 on the n-gram
+ * model). Kinks are detected exactly, as in the whole-model check. Pad
+ * positions must get exactly 0 and must not move the logits at all; m->grads
+ * stays untouched. */
+#define DIRECTIONS 4
+static void check_input_gradient(const ac_model_config *cfg, uint64_t seed, const char *label)
+{
+    ac_model m;
+    enum { B = 3, T = 6 };
+    model_make(&m, cfg, B, T);
+    randomize(&m, seed);
+    batch bt;
+    const int32_t lengths[B] = {6, 3, 1};
+    batch_fill(&bt, B, T, lengths, cfg->vocab_size, cfg->n_classes, seed + 1);
+    const int d = cfg->d_model, C = cfg->n_classes;
+    const size_t n = (size_t)B * T * d;
+    float *embed = malloc(n * sizeof(float)), *grad = calloc(n, sizeof(float));
+    float R[B * 8], saved[64];
+    ck_assert(embed && grad && C <= 8 && d <= 64);
+    ck_assert_int_eq(ac_model_embed(&m, embed, bt.ids, bt.lengths, B, T), 0);
+    for (int i = 0; i < B * C; i++)
+        R[i] = ac_rng_normal(ac_rng_key(seed, 77), (uint64_t)i);
+
+    ac_model_zero_grad(&m);
+    ck_assert(isfinite(ac_model_forward_embedded(&m, embed, bt.lengths, NULL, B, T)));
+    ck_assert_int_eq(ac_model_backward_embedded(&m, R, grad), 0);
+    for (size_t j = 0; j < m.n_params; j++)
+        ck_assert_msg(m.grads[j] == 0.0f, "%s: backward_embedded wrote a parameter gradient", label);
+
+    input_fd_ctx ctx = {.m = &m, .bt = &bt, .embed = embed, .R = R};
+    const double h = WHOLE_MODEL_H, atol = 1e-4, rtol = 2e-3;
+    double base = input_fd_loss(&ctx);
+    int checked = 0, kinks = 0, failed = 0;
+    double signal = 0.0, worst = 0.0;
+    char first_failure[200] = "", worst_msg[200] = "";
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            float *row = embed + ((size_t)b * T + t) * d;
+            const float *g = grad + ((size_t)b * T + t) * d;
+            int pad = t >= lengths[b];
+            for (int j = 0; pad && j < d; j++)
+                ck_assert_msg(g[j] == 0.0f, "%s: pad position b %d t %d got %g", label, b, t,
+                              (double)g[j]);
+            memcpy(saved, row, (size_t)d * sizeof(float));
+            double row_norm = 0.0;
+            for (int j = 0; j < d; j++)
+                row_norm += (double)g[j] * g[j];
+            row_norm = sqrt(row_norm);
+            for (int k = 0; k < DIRECTIONS; k++) {
+                double u[64], norm = 0.0;
+                uint64_t key = ac_rng_key(seed, 1000 + (uint64_t)((b * T + t) * DIRECTIONS + k));
+                for (int j = 0; j < d; j++) {
+                    u[j] = ac_rng_normal(key, (uint64_t)j);
+                    norm += u[j] * u[j];
+                }
+                float plus[64], minus[64];
+                double analytic = 0.0;
+                for (int j = 0; j < d; j++) {
+                    plus[j] = (float)(saved[j] + h * u[j] / sqrt(norm));
+                    minus[j] = (float)(saved[j] - h * u[j] / sqrt(norm));
+                    analytic += (double)g[j] * ((double)plus[j] - (double)minus[j]) / (2 * h);
+                }
+                ctx.calls = 0;
+                memcpy(row, plus, (size_t)d * sizeof(float));
+                double lp = input_fd_loss(&ctx);
+                memcpy(row, minus, (size_t)d * sizeof(float));
+                double lm = input_fd_loss(&ctx);
+                memcpy(row, saved, (size_t)d * sizeof(float));
+                if (pad) {
+                    ck_assert_msg(lp == base && lm == base, "%s: a pad position moved the logits",
+                                  label);
+                    continue;
+                }
+                if (ctx.pattern[0] != ctx.pattern[1]) {
+                    kinks++;
+                    continue;
+                }
+                double numeric = (lp - lm) / (2 * h);
+                double excess =
+                    fabs(analytic - numeric) / (atol * (1.0 + row_norm) + rtol * fabs(numeric));
+                checked++;
+                signal = fmax(signal, fabs(numeric));
+                if (excess > worst) {
+                    worst = excess;
+                    snprintf(worst_msg, sizeof worst_msg, "b %d t %d: analytic %.8g numeric %.8g",
+                             b, t, analytic, numeric);
+                }
+                if (excess > 1.0 && !failed++)
+                    snprintf(first_failure, sizeof first_failure,
+                             "b %d t %d direction %d: analytic %.8g numeric %.8g", b, t, k,
+                             analytic, numeric);
+            }
+        }
+    printf("input gradient %s: %d directions, %d kinks skipped, worst %.2fx tolerance (%s)\n", label,
+           checked, kinks, worst, worst_msg);
+    ck_assert_msg(failed == 0, "%s: %d directions outside the tolerance, first %s", label, failed,
+                  first_failure);
+    ck_assert_msg(signal > 1e-2, "%s: no gradient signal (max %.3g)", label, signal);
+    /* Every input element feeds every ReLU of its row (through the LayerNorm)
+     * and, through attention, those of the other rows, so kinks are likelier
+     * than for one weight; a wrong backward fails on most remaining checks. */
+    ck_assert_msg(kinks * 10 <= checked, "%s: %d kinks in %d", label, kinks, checked);
+    ck_assert(input_fd_loss(&ctx) == base); /* the input was put back exactly */
+    free(embed);
+    free(grad);
+    ac_model_free(&m);
+}
+
+START_TEST(test_input_gradient_finite_differences)
+{
+    ac_model_config max_cfg = small_config(AC_POOL_MAX, 0.0f);
+    check_input_gradient(&max_cfg, 51, "max pooling");
+    ac_model_config mean_cfg = small_config(AC_POOL_MEAN, 0.0f);
+    mean_cfg.positions = AC_POS_LEARNED;
+    mean_cfg.ngram_order = 3;
+    mean_cfg.ngram_buckets = 13;
+    check_input_gradient(&mean_cfg, 52, "mean pooling, n-grams, learned positions");
+    /* dropout in the config: the embedded forward is inference, no dropout */
+    ac_model_config cls_cfg = small_config(AC_POOL_CLS, 0.3f);
+    cls_cfg.positions = AC_POS_NONE;
+    check_input_gradient(&cls_cfg, 53, "cls pooling, no positions, dropout 0.3 configured");
+}
+END_TEST
+
+/* The split model is the model: ac_model_embed writes what ac_model_forward
+ * puts in act.embed_sum, the embedded forward gives the same logits, and the
+ * gradient it returns, pushed through the embedding tables' own backward,
+ * is what ac_model_backward gives those tables, bit for bit. */
+START_TEST(test_split_model_matches_the_model)
+{
+    ac_model_config cfg = small_config(AC_POOL_MEAN, 0.0f);
+    cfg.positions = AC_POS_LEARNED;
+    cfg.ngram_order = 2;
+    cfg.ngram_buckets = 11;
+    ac_model m;
+    enum { B = 4, T = 6 };
+    model_make(&m, &cfg, B, T);
+    randomize(&m, 61);
+    batch bt;
+    const int32_t lengths[B] = {6, 4, 1, 5};
+    batch_fill(&bt, B, T, lengths, cfg.vocab_size, cfg.n_classes, 62);
+    const int d = cfg.d_model, C = cfg.n_classes;
+    const size_t n = (size_t)B * T * d;
+    float *embed = malloc(n * sizeof(float)), *grad = calloc(n, sizeof(float));
+    float *grad2 = calloc(n, sizeof(float)), logits[B * 3], dlogits[B * 3];
+    ck_assert(embed && grad && grad2);
+
+    m.keep_attention = 1;
+    ac_model_zero_grad(&m);
+    float loss = ac_model_forward(&m, bt.ids, bt.lengths, bt.labels, B, T, 0, 0);
+    memcpy(logits, m.act.logits, sizeof logits);
+    ac_model_backward(&m);
+    /* the loss gradient at the logits, as ac_model_backward starts from it */
+    memset(dlogits, 0, sizeof dlogits);
+    crossentropy_backward(dlogits, m.act.probs_out, bt.labels, B, C, 0.0f);
+    /* backward_embedded right after ac_model_forward */
+    ck_assert_int_eq(ac_model_backward_embedded(&m, dlogits, grad2), 0);
+
+    ck_assert_int_eq(ac_model_embed(&m, embed, bt.ids, bt.lengths, B, T), 0);
+    ck_assert(memcmp(embed, m.act.embed_sum, n * sizeof(float)) == 0);
+    float loss2 = ac_model_forward_embedded(&m, embed, bt.lengths, bt.labels, B, T);
+    ck_assert(memcmp(&loss, &loss2, sizeof loss) == 0);
+    ck_assert(memcmp(logits, m.act.logits, sizeof logits) == 0);
+    ck_assert_int_eq(ac_model_backward_embedded(&m, dlogits, grad), 0);
+    ck_assert(memcmp(grad, grad2, n * sizeof(float)) == 0);
+    /* ac_model_backward needs ids: after an embedded forward it does nothing */
+    float *before = malloc(m.n_params * sizeof(float));
+    ck_assert_ptr_nonnull(before);
+    memcpy(before, m.grads, m.n_params * sizeof(float));
+    ac_model_backward(&m);
+    ck_assert(memcmp(before, m.grads, m.n_params * sizeof(float)) == 0);
+
+    /* The tables' backward applied to d(embed_sum). */
+    float *dwte = calloc((size_t)cfg.vocab_size * d, sizeof(float));
+    float *dpos = calloc((size_t)cfg.max_len * d, sizeof(float));
+    float *dngram = calloc((size_t)cfg.ngram_buckets * d, sizeof(float));
+    ck_assert(dwte && dpos && dngram);
+    embedding_backward(dwte, grad, bt.ids, bt.lengths, B, T, d);
+    positions_backward(dpos, grad, bt.lengths, B, T, d);
+    ngram_backward(dngram, grad, m.act.ngram_ids, bt.lengths, B, T, d, cfg.ngram_order - 1);
+    ck_assert(memcmp(dwte, m.g.embed_w, (size_t)cfg.vocab_size * d * sizeof(float)) == 0);
+    ck_assert(memcmp(dpos, m.g.pos_w, (size_t)cfg.max_len * d * sizeof(float)) == 0);
+    ck_assert(memcmp(dngram, m.g.ngram_w, (size_t)cfg.ngram_buckets * d * sizeof(float)) == 0);
+    double norm = 0.0;
+    for (size_t i = 0; i < (size_t)cfg.vocab_size * d; i++)
+        norm += fabs(dwte[i]);
+    ck_assert_msg(norm > 1e-3, "no signal (%g)", norm);
+
+    /* Rejections: nothing to differentiate afterwards. */
+    int32_t bad_lengths[B] = {6, 0, 1, 5};
+    ck_assert(isnan(ac_model_forward_embedded(&m, embed, bad_lengths, NULL, B, T)));
+    ck_assert_int_eq(ac_model_backward_embedded(&m, dlogits, grad), -1);
+    ck_assert(isnan(ac_model_forward_embedded(&m, embed, bt.lengths, NULL, B + 1, T)));
+    ck_assert_int_eq(ac_model_embed(&m, embed, bt.ids, bt.lengths, B, T + 1), -1);
+    bt.ids[3] = cfg.vocab_size;
+    ck_assert_int_eq(ac_model_embed(&m, embed, bt.ids, bt.lengths, B, T), -1);
+    /* an evaluation forward keeps no attention maps: no backward from it */
+    m.keep_attention = 0;
+    bt.ids[3] = 1;
+    ck_assert(isfinite(ac_model_forward(&m, bt.ids, bt.lengths, NULL, B, T, 0, 0)));
+    ck_assert_int_eq(ac_model_backward_embedded(&m, dlogits, grad), -1);
+    free(before);
+    free(dwte);
+    free(dpos);
+    free(dngram);
+    free(embed);
+    free(grad);
+    free(grad2);
+    ac_model_free(&m);
+}
+END_TEST
+
 /* -------------------------------------------------------- parameter table */
 
 START_TEST(test_parameter_table)
@@ -1133,6 +1380,47 @@ START_TEST(test_training_step_allocates_nothing)
 }
 END_TEST
 
+/* Explanations allocate at setup only: an attribution run (embed, embedded
+ * forwards, a backward per class, IG's refinement batches) allocates nothing. */
+START_TEST(test_attribution_allocates_nothing)
+{
+#if !COUNT_ALLOCATIONS
+    printf("SKIP test_attribution_allocates_nothing: AddressSanitizer owns malloc\n");
+#else
+    openblas_set_num_threads(1);
+    omp_set_num_threads(2);
+    ac_model_config cfg = small_config(AC_POOL_MAX, 0.0f);
+    cfg.max_len = 12;
+    cfg.ngram_order = 2;
+    cfg.ngram_buckets = 7;
+    ac_model m;
+    ac_err err;
+    ck_assert_msg(ac_model_create(&m, &cfg, &err) == 0, "%s", err.msg);
+    randomize(&m, 71);
+    const int32_t ids[12] = {3, 9, 4, 17, 2, 2, 8, 11, 5, 6, 1, 13};
+    ac_attribution ig, gxi;
+    /* 1 starting step: far from complete on this model, so IG refines */
+    ck_assert_msg(ac_attribution_setup(&ig, &m, AC_ATTR_IG, 12, 1, 64, &err) == 0, "%s", err.msg);
+    ck_assert_msg(ac_attribution_setup(&gxi, &m, AC_ATTR_GRADXINPUT, 12, 0, 0, &err) == 0, "%s",
+                  err.msg);
+    ck_assert_int_eq(ac_attribution_run(&ig, ids, 12, &err), 0); /* warms up the thread pool */
+
+    atomic_store(&own_allocations, 0);
+    atomic_store(&counting, 1);
+    int rc = ac_attribution_run(&ig, ids, 12, &err) | ac_attribution_run(&ig, ids, 7, &err) |
+             ac_attribution_run(&gxi, ids, 12, &err);
+    atomic_store(&counting, 0);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_msg(ig.steps > 1, "IG did not refine (%d steps): the test would not cover it", ig.steps);
+    long own = atomic_load(&own_allocations);
+    ck_assert_msg(own == 0, "attribution runs made %ld allocations", own);
+    ac_attribution_free(&ig);
+    ac_attribution_free(&gxi);
+    ac_model_free(&m);
+#endif
+}
+END_TEST
+
 /* Same seed, 1, 2 and 4 threads: byte-identical losses, weights and moments. */
 START_TEST(test_thread_count_determinism)
 {
@@ -1429,6 +1717,8 @@ static Suite *model_suite(void)
     tcase_add_test(grad, test_sparse_ngram_rows_match_dense);
     tcase_add_test(grad, test_eval_mode_has_no_dropout);
     tcase_add_test(grad, test_padding_is_invisible);
+    tcase_add_test(grad, test_input_gradient_finite_differences);
+    tcase_add_test(grad, test_split_model_matches_the_model);
     suite_add_tcase(s, grad);
 
     TCase *layout = tcase_create("layout");
@@ -1443,6 +1733,7 @@ static Suite *model_suite(void)
     TCase *step = tcase_create("training");
     tcase_set_timeout(step, 60);
     tcase_add_test(step, test_training_step_allocates_nothing);
+    tcase_add_test(step, test_attribution_allocates_nothing);
     tcase_add_loop_test(step, test_thread_count_determinism, 0, 2); /* classifier, masked LM */
     tcase_add_test(step, test_adamw_two_steps_by_hand);
     tcase_add_test(step, test_clip_grad_norm);

@@ -220,8 +220,8 @@ int ac_model_copy_encoder(ac_model *dst, const ac_model *src, ac_err *err);
 float ac_model_forward(ac_model *m, const int32_t *ids, const int32_t *lengths,
                        const int32_t *labels, int B, int T, int train, uint64_t dropout_key);
 void ac_model_zero_grad(ac_model *m);
-/* Backward of the last forward, which must have had labels and kept the
- * attention maps (train != 0 or keep_attention); otherwise it does nothing.
+/* Backward of the last ac_model_forward, which must have had labels and kept
+ * the attention maps (train != 0 or keep_attention); otherwise it does nothing.
  * Adds into m->grads. */
 void ac_model_backward(ac_model *m);
 
@@ -239,5 +239,41 @@ int ac_model_encoder_forward(ac_model *m, const int32_t *ids, const int32_t *len
                              int train, uint64_t dropout_key);
 const float *ac_model_encoder_output(const ac_model *m);
 void ac_model_encoder_backward(ac_model *m, const float *d_output);
+
+/* ---- the model split at its input, for explanations (attributions) ----
+ * The input of the embedding LayerNorm, per position the sum
+ *   embed_sum[b,t,:] = embed.weight[id] + position row t (learned or fixed;
+ *                      zeros without positions) + the hashed n-gram rows,
+ * is what ac_model_forward computes first (act.embed_sum). These three
+ * functions expose that seam: the same forward and backward, started from or
+ * stopped at embed_sum, so gradients to the input come from the model's own
+ * hand-written backward. ac_model_forward/ac_model_backward are unchanged.
+ * Classifiers only: a masked-LM model gives NaN / -1. */
+
+/* embed_sum of a batch of ids (no token dropout) into out [B, T, d] (out may
+ * be m->act.embed_sum). Uses act.ngram_ids as scratch, so a previous forward
+ * can no longer be back-propagated. Returns 0, or -1 (nothing written) when
+ * B or T exceed the allocated activations or an id or length is out of range.
+ * Allocates nothing. */
+int ac_model_embed(ac_model *m, float *out, const int32_t *ids, const int32_t *lengths, int B,
+                   int T);
+/* Inference forward (no dropout) from a given embed_sum [B, T, d] (copied into
+ * act.embed_sum unless it is that buffer), lengths [B] (1..T), labels [B] or
+ * NULL: raw logits in act.logits, probabilities (with the temperature) in
+ * act.probs_out, per-item losses with labels. The attention maps are always
+ * kept, so ac_model_backward_embedded can follow. Returns the mean loss with
+ * labels, else 0; NaN (and nothing to differentiate) when B or T exceed the
+ * allocated activations or a length or label is out of range. Allocates
+ * nothing. */
+float ac_model_forward_embedded(ac_model *m, const float *embed_sum, const int32_t *lengths,
+                                const int32_t *labels, int B, int T);
+/* Backward of the last forward (ac_model_forward with its attention maps
+ * kept, or ac_model_forward_embedded) from dlogits [B, C] = d(scalar)/d(raw
+ * logits), e.g. one-hot rows for "the logit of class c", down to the input:
+ * ADDS d(scalar)/d(embed_sum) into d_embed_sum [B, T, d] (pad positions get
+ * 0). Parameter gradients are not computed and m->grads is left untouched.
+ * May be called several times after one forward (one per class). Returns 0,
+ * or -1 when there is no forward to differentiate. Allocates nothing. */
+int ac_model_backward_embedded(ac_model *m, const float *dlogits, float *d_embed_sum);
 
 #endif

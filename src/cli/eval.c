@@ -9,13 +9,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attnctl/attribution.h"
 #include "attnctl/metrics.h"
 #include "cli.h"
 #include "infer.h"
+#include "review.h"
 
 #define EVAL_DEFAULT_BATCH 32
 #define EXCERPT_WORDS 12
 #define EXCERPT_BYTES 160
+/* --errors: tokens listed per mistake (those that pushed it most). */
+#define PUSH_TOKENS 5
 
 static const char EVAL_USAGE[] =
     "usage: attnctl eval --model DIR TEST.csv[.gz] [options]\n"
@@ -34,7 +38,11 @@ static const char EVAL_USAGE[] =
     "options:\n"
     "  --model DIR          model directory (config.json, vocab.txt, model.safetensors)\n"
     "  --json               print one JSON object instead of the table\n"
-    "  --errors N           also list the N most confidently wrong examples (default 0)\n"
+    "  --errors N           also list the N most confidently wrong examples (default 0),\n"
+    "                       each with the tokens that pushed it most toward the wrong class\n"
+    "  --attribution M      how --errors scores the tokens: gradxinput (gradient x\n"
+    "                       (input - <pad> baseline), one backward pass; the default),\n"
+    "                       ig (integrated gradients, 32+ steps: slower, complete) or none\n"
     "  --batch-size N       examples per forward pass (default 32); results do not depend on it\n"
     "  --text-column C      name of the text column\n"
     "  --label-column C     name of the label column\n"
@@ -42,9 +50,18 @@ static const char EVAL_USAGE[] =
     "  --help               show this help\n";
 
 typedef struct {
+    int token;   /* position in the review */
+    double score; /* attribution to the predicted class */
+} pushed_token;
+
+typedef struct {
     int64_t row;
     int predicted;
     float probability; /* of the predicted class */
+    /* the tokens that pushed it most toward `predicted` (attribution > 0) */
+    int n_pushed;
+    pushed_token pushed[PUSH_TOKENS];
+    cli_review review; /* tokens, for the listed examples */
 } wrong_example;
 
 /* Most confident first; ties by row so the list is deterministic. */
@@ -60,6 +77,7 @@ typedef struct {
     const char *model_dir, *data_path, *text_column, *label_column;
     int json;
     long n_errors, batch_size, threads;
+    ac_attr_method attribution;
 } eval_options;
 
 static int parse_eval_options(int argc, char **argv, eval_options *o)
@@ -72,11 +90,13 @@ static int parse_eval_options(int argc, char **argv, eval_options *o)
         {"text-column", required_argument, NULL, 't'},
         {"label-column", required_argument, NULL, 'l'},
         {"threads", required_argument, NULL, 'T'},
+        {"attribution", required_argument, NULL, 'a'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     memset(o, 0, sizeof *o);
     o->batch_size = EVAL_DEFAULT_BATCH;
+    o->attribution = AC_ATTR_GRADXINPUT;
     optind = 0; /* GNU: full reinitialisation */
     opterr = 0;
     int c;
@@ -95,6 +115,11 @@ static int parse_eval_options(int argc, char **argv, eval_options *o)
                                        optarg);
             break;
         case 't': o->text_column = optarg; break;
+        case 'a':
+            if (ac_attr_method_parse(optarg, &o->attribution) != 0)
+                return cli_usage_error("eval", "--attribution: unknown method '%s' (gradxinput, ig or none)",
+                                       optarg);
+            break;
         case 'l': o->label_column = optarg; break;
         case 'T':
             if (cli_parse_int(optarg, 1, 4096, &o->threads) != 0)
@@ -174,6 +199,7 @@ static int print_json(const eval_options *o, const cli_infer *s, ac_metrics *m,
         cJSON_AddItemToArray(confusion, row);
     }
     if (n_errors > 0) {
+        cJSON_AddStringToObject(root, "errors_attribution", ac_attr_method_name(o->attribution));
         cJSON *errs = cJSON_AddArrayToObject(root, "errors");
         char excerpt[EXCERPT_BYTES + 4];
         for (int64_t i = 0; i < r->n_wrong && i < n_errors; i++) {
@@ -185,6 +211,16 @@ static int print_json(const eval_options *o, const cli_infer *s, ac_metrics *m,
             cJSON_AddStringToObject(e, "true", labels[raw->labels[w->row]]);
             cJSON_AddStringToObject(e, "predicted", labels[w->predicted]);
             cJSON_AddNumberToObject(e, "probability", w->probability);
+            if (o->attribution != AC_ATTR_NONE) {
+                cJSON *pushed = cJSON_AddArrayToObject(e, "pushed_by");
+                for (int k = 0; k < w->n_pushed; k++) {
+                    cJSON *t = cJSON_CreateObject();
+                    cJSON_AddStringToObject(t, "token", w->review.tokens[w->pushed[k].token]);
+                    cJSON_AddNumberToObject(t, "position", w->pushed[k].token);
+                    cJSON_AddNumberToObject(t, "score", w->pushed[k].score);
+                    cJSON_AddItemToArray(pushed, t);
+                }
+            }
             cJSON_AddItemToArray(errs, e);
         }
     }
@@ -262,8 +298,13 @@ static void print_table(const eval_options *o, const cli_infer *s, ac_metrics *m
     }
 
     if (n_errors > 0) {
-        printf("\nmost confidently wrong (%lld of %lld wrong)\n",
-               (long long)(r->n_wrong < n_errors ? r->n_wrong : n_errors), (long long)r->n_wrong);
+        printf("\nmost confidently wrong (%lld of %lld wrong)", (long long)(r->n_wrong < n_errors ? r->n_wrong : n_errors),
+               (long long)r->n_wrong);
+        if (o->attribution != AC_ATTR_NONE)
+            printf("; tokens scored by %s toward the predicted class", o->attribution == AC_ATTR_IG
+                                                                        ? "integrated gradients"
+                                                                        : "gradient x input");
+        printf("\n");
         char excerpt[EXCERPT_BYTES + 4];
         for (int64_t i = 0; i < r->n_wrong && i < n_errors; i++) {
             const wrong_example *e = &r->wrong[i];
@@ -271,8 +312,62 @@ static void print_table(const eval_options *o, const cli_infer *s, ac_metrics *m
             printf("  line %-7lld true %-*s predicted %-*s p=%.4f  %s\n",
                    (long long)raw->line[e->row], w, labels[raw->labels[e->row]], w,
                    labels[e->predicted], e->probability, excerpt);
+            if (o->attribution != AC_ATTR_NONE) {
+                printf("               pushed toward %s by:", labels[e->predicted]);
+                for (int k = 0; k < e->n_pushed; k++)
+                    printf(" %s[%+.3f]", e->review.tokens[e->pushed[k].token], e->pushed[k].score);
+                printf(e->n_pushed ? "\n" : " no token\n");
+            }
         }
     }
+}
+
+/* For each of the first n mistakes: its tokens and the PUSH_TOKENS that
+ * pushed it most toward the wrong class (largest positive attribution to the
+ * predicted class's logit). Returns 0, or prints the error and returns -1. */
+static int explain_errors(const eval_options *o, cli_infer *s, const ac_rawdata *raw,
+                          wrong_example *wrong, int64_t n)
+{
+    if (n <= 0)
+        return 0;
+    ac_err err = {{0}};
+    ac_attribution a;
+    if (ac_attribution_setup(&a, &s->md.model, o->attribution, s->max_len, AC_IG_DEFAULT_STEPS,
+                             AC_IG_MAX_STEPS, &err) != 0) {
+        cli_error("%s", err.msg);
+        return -1;
+    }
+    int rc = 0;
+    for (int64_t i = 0; i < n && rc == 0; i++) {
+        wrong_example *w = &wrong[i];
+        if (cli_review_encode(&w->review, s->tok, &s->md.config.tokenizer, &s->md.vocab, s->max_len,
+                              ac_rawdata_text(raw, w->row), ac_rawdata_text_len(raw, w->row),
+                              !o->json, &err) != 0 ||
+            ac_attribution_run(&a, w->review.ids, w->review.n, &err) != 0) {
+            rc = cli_error("%s:%lld: explaining the mistake: %s", o->data_path,
+                           (long long)raw->line[w->row], err.msg);
+            break;
+        }
+        const double *scores = a.scores + (size_t)w->predicted * (size_t)w->review.n;
+        /* the PUSH_TOKENS largest positive scores, largest first (ties: earlier token) */
+        w->n_pushed = 0;
+        for (int t = 0; t < w->review.n; t++) {
+            if (!(scores[t] > 0.0))
+                continue;
+            int k = w->n_pushed < PUSH_TOKENS ? w->n_pushed++ : PUSH_TOKENS;
+            if (k == PUSH_TOKENS && scores[t] <= w->pushed[PUSH_TOKENS - 1].score)
+                continue;
+            if (k == PUSH_TOKENS)
+                k = PUSH_TOKENS - 1;
+            while (k > 0 && w->pushed[k - 1].score < scores[t]) {
+                w->pushed[k] = w->pushed[k - 1];
+                k--;
+            }
+            w->pushed[k] = (pushed_token){t, scores[t]};
+        }
+    }
+    ac_attribution_free(&a);
+    return rc == 0 ? 0 : -1;
 }
 
 int cmd_eval(int argc, char **argv)
@@ -355,12 +450,16 @@ int cmd_eval(int argc, char **argv)
                 goto done;
             }
             if (r.wrong && pred != truth)
-                r.wrong[r.n_wrong++] = (wrong_example){batch.rows[i], pred, probs[pred]};
+                r.wrong[r.n_wrong++] = (wrong_example){.row = batch.rows[i], .predicted = pred,
+                                                       .probability = probs[pred]};
         }
     }
     r.model_seconds = cli_now() - t_model;
     if (r.wrong)
         qsort(r.wrong, (size_t)r.n_wrong, sizeof *r.wrong, compare_wrong);
+    if (r.wrong && o.attribution != AC_ATTR_NONE &&
+        explain_errors(&o, &s, &raw, r.wrong, r.n_wrong < o.n_errors ? r.n_wrong : o.n_errors) != 0)
+        goto done;
     r.count = m.count;
     r.skipped_empty = raw.n_empty_skipped;
     r.truncated = corpus.n_truncated;
@@ -383,6 +482,8 @@ int cmd_eval(int argc, char **argv)
     }
     rc = CLI_EXIT_OK;
 done:
+    for (int64_t i = 0; r.wrong && i < r.n_wrong && i < o.n_errors; i++)
+        cli_review_free(&r.wrong[i].review);
     free(r.wrong);
     ac_metrics_free(&m);
     ac_batch_plan_free(&plan);

@@ -8,15 +8,17 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
-#include <utf8proc.h>
-
+#include "attnctl/attribution.h"
 #include "attnctl/io.h"
 #include "attnctl/model.h"
 #include "attnctl/text.h"
 #include "cli.h"
 #include "render.h"
+#include "review.h"
 
 #define STDIN_MAX_BYTES (64u << 20)
+/* --steps at most (the batch is steps + 1 rows of the review). */
+#define INSPECT_MAX_STEPS 4096
 
 typedef enum { FORMAT_TEXT, FORMAT_JSON, FORMAT_SVG, FORMAT_HTML } inspect_format;
 
@@ -38,6 +40,15 @@ static const char usage_text[] =
     "                         shaded review and every map (the first 128 tokens)\n"
     "                   Without --format, --out FILE picks it from the file name's\n"
     "                   ending (.json, .svg, .html/.htm, .txt).\n"
+    "  --attribution M  which words pushed the prediction, and which way:\n"
+    "                   ig: integrated gradients of each class's logit with respect\n"
+    "                       to the input embeddings, from a baseline of <pad> tokens\n"
+    "                       at the same positions (the default)\n"
+    "                   gradxinput: gradient x (input - baseline), one backward pass\n"
+    "                   none: attention only\n"
+    "  --steps S        integrated gradients: trapezoid intervals to start with\n"
+    "                   (default 32); doubled while the completeness gap is over\n"
+    "                   1 %, up to 16384 steps or 2^20 steps x tokens (at least 1024)\n"
     "  --layer L        only layer L (counted from 0)\n"
     "  --head H         only head H (counted from 0)\n"
     "  --out FILE       write to FILE (replaced atomically) instead of standard output\n"
@@ -45,7 +56,8 @@ static const char usage_text[] =
     "  -h, --help       show this help\n"
     "\n"
     "The text format uses colour when standard output is a terminal and NO_COLOR is\n"
-    "not set; otherwise each token is followed by its weight, e.g. great(0.210).\n";
+    "not set; otherwise each token is followed by its weight, e.g. great(0.210), and\n"
+    "by its attribution in the attribution block, e.g. great[+1.234].\n";
 
 static int parse_format(const char *s, inspect_format *out)
 {
@@ -128,168 +140,43 @@ static int is_blank(const char *s, size_t len)
     return 1;
 }
 
-/* A copy of s[0..len) that is valid UTF-8: invalid bytes become U+FFFD, and
- * with no_controls also control and bidirectional-override characters (so a
- * token can neither break XML nor send escape sequences to a terminal). */
-static char *clean_utf8(const char *s, size_t len, int no_controls)
-{
-    char *out = malloc(len * 3 + 4); /* each byte grows to at most 3 */
-    if (!out)
-        return NULL;
-    size_t o = 0, i = 0;
-    while (i < len) {
-        utf8proc_int32_t cp;
-        utf8proc_ssize_t n = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(len - i), &cp);
-        int bad = n <= 0;
-        if (!bad && no_controls)
-            bad = utf8proc_category(cp) == UTF8PROC_CATEGORY_CC || (cp >= 0x202A && cp <= 0x202E) ||
-                  (cp >= 0x2066 && cp <= 0x2069);
-        if (bad) {
-            memcpy(out + o, "\xEF\xBF\xBD", 3);
-            o += 3;
-            i += n <= 0 ? 1 : (size_t)n;
-        } else {
-            memcpy(out + o, s + i, (size_t)n);
-            o += (size_t)n;
-            i += (size_t)n;
-        }
-    }
-    out[o] = '\0';
-    return out;
-}
-
-/* Finds which tokens the encoded ids came from: the ids after [CLS] are the
- * first `head` tokens followed by the last `words - head` tokens (head = words
- * for head truncation, 0 for tail). Tries the configured split first, then
- * every other one, so the display stays right even if the encoder counts the
- * head share differently. Returns head, or -1 when no split reproduces the ids. */
-static int align_tokens(const ac_vocab *vocab, const ac_token *toks, int64_t n_toks, const int32_t *ids,
-                        int words, int preferred_head)
-{
-    if (words > n_toks)
-        return -1;
-    for (int attempt = -1; attempt <= words; attempt++) {
-        int head = attempt < 0 ? preferred_head : attempt;
-        if (head < 0 || head > words || (attempt >= 0 && head == preferred_head))
-            continue;
-        int ok = 1;
-        for (int i = 0; i < words && ok; i++) {
-            int64_t t = i < head ? i : n_toks - words + i;
-            ok = ac_vocab_lookup(vocab, toks[t].str, toks[t].len) == ids[i];
-        }
-        if (ok)
-            return head;
-    }
-    return -1;
-}
-
-static int preferred_head(const ac_tokenizer_config *tc, int words, int max_len)
-{
-    switch (tc->truncation) {
-    case AC_TRUNC_TAIL:
-        return 0;
-    case AC_TRUNC_HEAD_TAIL: {
-        int head = tc->head_tokens > 0 ? tc->head_tokens : max_len / 4;
-        return head < words ? head : words;
-    }
-    case AC_TRUNC_HEAD:
-    default:
-        return words;
-    }
-}
-
 typedef struct {
-    int n;
-    int32_t *ids;
-    char **tokens;
-    unsigned char *unknown;
+    cli_review r;
     float *attention;
     float *token_weight;
-    int full_len;
+    float *probs;  /* [C] of the inspect forward */
+    double *logits; /* [C] raw */
+    ac_attribution attr;
 } inspect_data;
 
 static void inspect_data_free(inspect_data *d)
 {
-    if (d->tokens)
-        for (int i = 0; i < d->n; i++)
-            free(d->tokens[i]);
-    free(d->tokens);
-    free(d->ids);
-    free(d->unknown);
+    cli_review_free(&d->r);
     free(d->attention);
     free(d->token_weight);
+    free(d->probs);
+    free(d->logits);
+    ac_attribution_free(&d->attr);
     memset(d, 0, sizeof *d);
 }
 
 /* Tokenizes and encodes the text, and finds each id's token string. */
 static int encode_review(inspect_data *d, ac_model_dir *md, const char *text, size_t len, int display)
 {
-    const ac_tokenizer_config *tc = &md->config.tokenizer;
-    int max_len = md->model.cfg.max_len;
     ac_tokenizer *tok = NULL;
     ac_err err = {{0}};
-    if (ac_tokenizer_create(&tok, tc, &err) != 0)
+    if (ac_tokenizer_create(&tok, &md->config.tokenizer, &err) != 0)
         return cli_error("inspect: %s", err.msg);
-    d->ids = calloc((size_t)max_len, sizeof *d->ids);
-    if (!d->ids) {
-        ac_tokenizer_free(tok);
-        return cli_error("inspect: out of memory");
-    }
-    int full_len = 0;
-    int n = ac_encode_text(tok, tc, &md->vocab, text, len, max_len, d->ids, &full_len);
-    const ac_token *toks = NULL;
-    int64_t n_toks = n > 0 ? ac_tokenize(tok, text, len, &toks) : -1;
-    if (n <= 0 || n_toks < 0) {
-        ac_tokenizer_free(tok);
-        return cli_error("inspect: cannot encode the text (out of memory?)");
-    }
-    if (n_toks == 0) {
-        ac_tokenizer_free(tok);
-        return cli_error("inspect: the text is empty (no tokens after tokenization)");
-    }
-    d->n = n;
-    d->full_len = full_len;
-    d->tokens = calloc((size_t)n, sizeof *d->tokens);
-    d->unknown = calloc((size_t)n, 1);
-    if (!d->tokens || !d->unknown) {
-        ac_tokenizer_free(tok);
-        return cli_error("inspect: out of memory");
-    }
-    int cls = md->vocab.with_cls && d->ids[0] == AC_CLS_ID;
-    int words = n - cls;
-    int head = align_tokens(&md->vocab, toks, n_toks, d->ids + cls, words,
-                            preferred_head(tc, words, max_len));
-    for (int i = 0; i < n; i++) {
-        int32_t id = d->ids[i];
-        const char *s;
-        size_t slen;
-        if (cls && i == 0) {
-            s = "[CLS]";
-            slen = 5;
-        } else if (head >= 0) {
-            int w = i - cls;
-            int64_t t = w < head ? w : n_toks - words + w;
-            s = toks[t].str;
-            slen = toks[t].len;
-        } else { /* cannot map back: show the vocabulary entry */
-            s = id >= 0 && id < md->vocab.size ? md->vocab.tokens[id] : "<?>";
-            slen = strlen(s);
-        }
-        d->unknown[i] = id == AC_UNK_ID;
-        d->tokens[i] = clean_utf8(s, slen, display);
-        if (!d->tokens[i]) {
-            ac_tokenizer_free(tok);
-            return cli_error("inspect: out of memory");
-        }
-    }
+    int rc = cli_review_encode(&d->r, tok, &md->config.tokenizer, &md->vocab, md->model.cfg.max_len,
+                               text, len, display, &err);
     ac_tokenizer_free(tok);
-    return 0;
+    return rc == 0 ? 0 : cli_error("inspect: %s", err.msg);
 }
 
 /* What the pooled representation draws from each token (see render.h). */
 static void pooled_weights(inspect_data *d, const ac_model *m, char *measure, size_t measure_len)
 {
-    int n = d->n, H = m->cfg.n_heads, dm = m->cfg.d_model, last = m->cfg.n_layers - 1;
+    int n = d->r.n, H = m->cfg.n_heads, dm = m->cfg.d_model, last = m->cfg.n_layers - 1;
     const float *last_maps = d->attention + (size_t)last * H * n * n;
     for (int i = 0; i < n; i++)
         d->token_weight[i] = 0.0f;
@@ -375,6 +262,8 @@ typedef struct {
     int format_given;
     long layer, head; /* -1: all */
     const char *layer_arg, *head_arg;
+    ac_attr_method attribution;
+    long steps;
     char *text;       /* owned */
     size_t text_len;
 } inspect_options;
@@ -382,15 +271,20 @@ typedef struct {
 /* Returns -1 to go on, else the exit status. */
 static int parse_options(inspect_options *o, int argc, char **argv)
 {
-    enum { OPT_MODEL = 256, OPT_FORMAT, OPT_LAYER, OPT_HEAD, OPT_OUT, OPT_THREADS };
+    enum { OPT_MODEL = 256, OPT_FORMAT, OPT_LAYER, OPT_HEAD, OPT_OUT, OPT_THREADS, OPT_ATTRIBUTION,
+           OPT_STEPS };
     static const struct option longopts[] = {
         {"model", required_argument, NULL, OPT_MODEL},   {"format", required_argument, NULL, OPT_FORMAT},
         {"layer", required_argument, NULL, OPT_LAYER},   {"head", required_argument, NULL, OPT_HEAD},
         {"out", required_argument, NULL, OPT_OUT},       {"threads", required_argument, NULL, OPT_THREADS},
+        {"attribution", required_argument, NULL, OPT_ATTRIBUTION},
+        {"steps", required_argument, NULL, OPT_STEPS},
         {"help", no_argument, NULL, 'h'},                {NULL, 0, NULL, 0},
     };
     memset(o, 0, sizeof *o);
     o->layer = o->head = -1;
+    o->attribution = AC_ATTR_IG;
+    o->steps = AC_IG_DEFAULT_STEPS;
     long threads = 0;
     optind = 0; /* full reset: the parser may have run before in this process */
     opterr = 0;
@@ -418,6 +312,16 @@ static int parse_options(inspect_options *o, int argc, char **argv)
         case OPT_THREADS:
             if (cli_parse_int(optarg, 1, 4096, &threads) != 0)
                 return cli_usage_error("inspect", "--threads: '%s' is not a number from 1 to 4096", optarg);
+            break;
+        case OPT_ATTRIBUTION:
+            if (ac_attr_method_parse(optarg, &o->attribution) != 0)
+                return cli_usage_error("inspect", "--attribution: unknown method '%s' (ig, gradxinput or none)",
+                                       optarg);
+            break;
+        case OPT_STEPS:
+            if (cli_parse_int(optarg, 1, INSPECT_MAX_STEPS, &o->steps) != 0)
+                return cli_usage_error("inspect", "--steps: '%s' is not a number from 1 to %d", optarg,
+                                       INSPECT_MAX_STEPS);
             break;
         case 'h':
             fputs(usage_text, stdout);
@@ -502,7 +406,7 @@ static int run_inspect(inspect_options *o)
     if ((rc = encode_review(&d, &md, o->text, o->text_len, o->format != FORMAT_JSON)) != 0)
         goto done;
 
-    int n = d.n;
+    int n = d.r.n;
     if (ac_model_alloc_activations(m, 1, n, &err) != 0) {
         rc = cli_error("inspect: %s", err.msg);
         goto done;
@@ -510,9 +414,9 @@ static int run_inspect(inspect_options *o)
     int32_t length = n;
     m->keep_attention = 1;
     if (classifier)
-        ac_model_forward(m, d.ids, &length, NULL, 1, n, 0, 0);
+        ac_model_forward(m, d.r.ids, &length, NULL, 1, n, 0, 0);
     else /* a pretrained encoder (masked LM): its attention, no prediction */
-        ac_model_encoder_forward(m, d.ids, &length, 1, n, 0, 0);
+        ac_model_encoder_forward(m, d.r.ids, &length, 1, n, 0, 0);
 
     d.attention = malloc((size_t)L * H * n * n * sizeof *d.attention);
     d.token_weight = calloc((size_t)n, sizeof *d.token_weight);
@@ -526,17 +430,40 @@ static int run_inspect(inspect_options *o)
     char measure[256];
     pooled_weights(&d, m, measure, sizeof measure);
 
+    const int C = classifier ? m->cfg.n_classes : 0; /* a pretrained encoder: no classes */
     int predicted = 0;
-    for (int c = 1; classifier && c < m->cfg.n_classes; c++)
+    for (int c = 1; c < C; c++)
         if (m->act.probs_out[c] > m->act.probs_out[predicted])
             predicted = c;
+    /* The attributions run the model again: keep this forward's numbers. */
+    d.probs = malloc((size_t)(C ? C : 1) * sizeof *d.probs);
+    d.logits = malloc((size_t)(C ? C : 1) * sizeof *d.logits);
+    if (!d.probs || !d.logits) {
+        rc = cli_error("inspect: out of memory");
+        goto done;
+    }
+    memcpy(d.probs, m->act.probs_out, (size_t)C * sizeof *d.probs);
+    for (int c = 0; c < C; c++)
+        d.logits[c] = m->act.logits[c];
+    double delta = 0.0;
+    /* Attributions explain a class's logit: a pretrained encoder has none. */
+    const ac_attr_method attribution = classifier ? o->attribution : AC_ATTR_NONE;
+    if (attribution != AC_ATTR_NONE) {
+        int max_steps = o->steps > AC_IG_MAX_STEPS ? (int)o->steps : AC_IG_MAX_STEPS;
+        if (ac_attribution_setup(&d.attr, m, attribution, n, (int)o->steps, max_steps, &err) != 0 ||
+            ac_attribution_run(&d.attr, d.r.ids, n, &err) != 0) {
+            rc = cli_error("inspect: %s", err.msg);
+            goto done;
+        }
+        delta = ac_attribution_delta(&d.attr, predicted);
+    }
 
     inspect_view v = {
         .n = n,
-        .tokens = d.tokens,
-        .ids = d.ids,
-        .unknown = d.unknown,
-        .full_len = d.full_len,
+        .tokens = d.r.tokens,
+        .ids = d.r.ids,
+        .unknown = d.r.unknown,
+        .full_len = d.r.full_len,
         .n_layers = L,
         .n_heads = H,
         .layer_first = o->layer >= 0 ? (int)o->layer : 0,
@@ -544,13 +471,22 @@ static int run_inspect(inspect_options *o)
         .head_first = o->head >= 0 ? (int)o->head : 0,
         .head_count = o->head >= 0 ? 1 : H,
         .attention = d.attention,
-        .n_classes = classifier ? m->cfg.n_classes : 0,
+        .n_classes = C,
         .labels = classifier ? md.config.labels : NULL,
-        .probs = classifier ? m->act.probs_out : NULL,
+        .probs = classifier ? d.probs : NULL,
         .predicted = predicted,
         .pooling = m->cfg.pooling,
         .token_weight = d.token_weight,
         .weight_measure = measure,
+        .attribution = attribution,
+        /* with attributions, the logits of the same batch as the baseline's,
+         * so that the scores add up to their difference */
+        .logits = attribution != AC_ATTR_NONE ? d.attr.logits : d.logits,
+        .baseline_logits = d.attr.baseline_logits,
+        .attr_scores = d.attr.scores,
+        .attr_steps = d.attr.steps,
+        .attr_delta = delta,
+        .attr_baseline = m->cfg.pooling == AC_POOL_CLS ? INSPECT_BASELINE_CLS : INSPECT_BASELINE,
     };
     switch (o->format) {
     case FORMAT_JSON: render_json(&buf, &v); break;

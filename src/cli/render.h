@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "attnctl/attribution.h"
 #include "attnctl/nn.h"
 
 /* Heatmaps draw at most this many tokens (the first ones) so that a long
@@ -50,6 +51,9 @@ int render_utf8_length(const char *s);
 void render_heat_colour(double t, unsigned char rgb[3]);
 /* Highlighter scale for token shading (pale yellow -> dark red), t in [0, 1]. */
 void render_shade_colour(double t, unsigned char rgb[3]);
+/* Diverging scale for signed attributions (ColorBrewer RdBu): t in [-1, 1],
+ * -1 dark blue (against), 0 near white, 1 dark red (toward). */
+void render_diverging_colour(double t, unsigned char rgb[3]);
 /* 1 when black text is more legible than white on rgb. */
 int render_dark_text_on(const unsigned char rgb[3]);
 
@@ -76,7 +80,33 @@ typedef struct {
     const float *token_weight;      /* [n] what the pooled representation draws
                                        from each token; sums to 1 */
     const char *weight_measure;     /* one sentence saying what token_weight is */
+    const double *logits;           /* [n_classes] raw (before the temperature) */
+    /* Attributions (attribution != AC_ATTR_NONE; see attnctl/attribution.h). */
+    ac_attr_method attribution;
+    const double *attr_scores;      /* [n_classes][n]: class c's logit, token t */
+    const double *baseline_logits;  /* [n_classes] */
+    int attr_steps;                 /* IG intervals used */
+    double attr_delta;              /* relative completeness gap of the predicted class */
+    const char *attr_baseline;      /* one sentence saying what the baseline is */
 } inspect_view;
+
+/* What the baseline of the attributions is, in words. */
+#define INSPECT_BASELINE                                                                   \
+    "every token replaced by <pad> (its embedding row plus the same position; no n-gram " \
+    "rows)"
+#define INSPECT_BASELINE_CLS                                                                \
+    "every word replaced by <pad> (its embedding row plus the same position; no n-gram "   \
+    "rows), [CLS] kept as it is"
+
+/* "integrated gradients" or "gradient x input". */
+const char *render_attr_name(ac_attr_method m);
+/* Attribution of token i to the predicted class. */
+static inline double inspect_attr(const inspect_view *v, int i)
+{
+    return v->attr_scores[(size_t)v->predicted * (size_t)v->n + (size_t)i];
+}
+/* Largest |attribution| to the predicted class over the first m tokens (1 if all are 0). */
+double inspect_attr_max(const inspect_view *v, int m);
 
 static inline const float *inspect_map(const inspect_view *v, int layer, int head)
 {

@@ -51,6 +51,10 @@ static const char page_style[] =
     "border:1px solid #ccc}\n"
     ".maps{display:flex;flex-wrap:wrap;gap:16px 32px;align-items:flex-start}\n"
     "#status{min-height:1.5em;font-family:monospace;font-size:14px;margin:0 0 4px}\n"
+    ".panels{display:flex;flex-wrap:wrap;gap:0 32px;align-items:flex-start}\n"
+    ".panel{flex:1 1 460px;min-width:320px;max-width:760px}\n"
+    ".scale.div{width:200px}\n"
+    ".sum{font-size:13px;color:#555;margin:6px 0}\n"
     "#big text{font-size:var(--f)}\n"
     "#big text.hl{fill:#c00;font-weight:bold}\n";
 
@@ -161,6 +165,73 @@ static void html_review(render_buf *out, const inspect_view *v)
                   v->full_len, v->n);
 }
 
+/* The review shaded by each token's attribution to the predicted class:
+ * red toward it, blue against, white for nothing; hover for every class. */
+static void html_attribution(render_buf *out, const inspect_view *v)
+{
+    const char *label = v->labels[v->predicted];
+    double amax = inspect_attr_max(v, v->n);
+    rb_puts(out, "<h2>Which words pushed it</h2>\n<p class=\"explain\">Each token is shaded by how much it "
+                 "moved the logit of <b>");
+    rb_xml_text(out, label);
+    rb_printf(out, "</b> (%s", render_attr_name(v->attribution));
+    if (v->attribution == AC_ATTR_IG)
+        rb_printf(out, ", %d steps", v->attr_steps);
+    rb_puts(out, ") from a baseline of ");
+    rb_xml_text(out, v->attr_baseline);
+    rb_puts(out, ". Scale: <span class=\"scale div\" style=\"background:linear-gradient(to right");
+    for (int i = 0; i <= 10; i++) {
+        unsigned char rgb[3];
+        render_diverging_colour(-1.0 + i / 5.0, rgb);
+        rb_puts(out, ",");
+        colour_hex(out, rgb);
+    }
+    rb_puts(out, ")\"></span> from &minus;");
+    rb_number_digits(out, amax, 3);
+    rb_puts(out, " (blue: against ");
+    rb_xml_text(out, label);
+    rb_puts(out, ") to +");
+    rb_number_digits(out, amax, 3);
+    rb_puts(out, " (red: toward ");
+    rb_xml_text(out, label);
+    rb_puts(out, "). Hover a token for its score for every class.</p>\n<div class=\"review attr\">");
+    double sum = 0.0;
+    for (int i = 0; i < v->n; i++) {
+        double a = inspect_attr(v, i);
+        sum += a;
+        rb_printf(out, "%s<span class=\"tok%s\" title=\"", i ? " " : "", v->unknown[i] ? " unk" : "");
+        if (v->unknown[i])
+            rb_puts(out, "not in the vocabulary; ");
+        for (int c = 0; c < v->n_classes; c++) {
+            rb_puts(out, c ? ", " : "");
+            rb_xml_text(out, v->labels[c]);
+            rb_puts(out, " ");
+            rb_printf(out, "%+.3g", v->attr_scores[(size_t)c * v->n + i]);
+        }
+        rb_puts(out, "\"");
+        double t = a / amax;
+        if (fabs(t) >= 0.05) {
+            unsigned char rgb[3];
+            render_diverging_colour(t, rgb);
+            rb_puts(out, " style=\"background:");
+            colour_hex(out, rgb);
+            rb_puts(out, render_dark_text_on(rgb) ? "\"" : ";color:#fff\"");
+        }
+        rb_puts(out, ">");
+        rb_xml_text(out, v->tokens[i]);
+        rb_puts(out, "</span>");
+    }
+    rb_puts(out, "</div>\n<p class=\"sum\">Sum ");
+    rb_printf(out, "%+.4g", sum);
+    rb_puts(out, " = logit ");
+    rb_number_digits(out, v->logits[v->predicted], 4);
+    rb_puts(out, " &minus; baseline logit ");
+    rb_number_digits(out, v->baseline_logits[v->predicted], 4);
+    rb_puts(out, ", within ");
+    rb_number_digits(out, 100.0 * v->attr_delta, 2);
+    rb_puts(out, " % (the completeness gap).</p>\n");
+}
+
 static void html_data(render_buf *out, const inspect_view *v, int m)
 {
     rb_printf(out, "<script type=\"application/json\" id=\"inspect-data\">{\"n\":%d,\"m\":%d,\"vmax\":", v->n,
@@ -245,7 +316,15 @@ void render_html(render_buf *out, const inspect_view *v)
     }
     rb_puts(out, "</div>\n");
 
+    rb_puts(out, "<div class=\"panels\">\n");
+    if (v->attribution != AC_ATTR_NONE) {
+        rb_puts(out, "<section class=\"panel\">\n");
+        html_attribution(out, v);
+        rb_puts(out, "</section>\n");
+    }
+    rb_puts(out, "<section class=\"panel\">\n");
     html_review(out, v);
+    rb_puts(out, "</section>\n</div>\n");
 
     rb_puts(out, "<h2>Attention maps</h2>\n<p class=\"explain\">Each map shows how every query token "
                  "(row) spreads its attention over the key tokens (columns); each row sums to 1. "

@@ -213,7 +213,34 @@ double inspect_vmax(const inspect_view *v, int m)
     return vmax > 0.0 ? vmax : 1.0;
 }
 
+const char *render_attr_name(ac_attr_method m)
+{
+    return m == AC_ATTR_IG ? "integrated gradients" : m == AC_ATTR_GRADXINPUT ? "gradient x input" : "none";
+}
+
+double inspect_attr_max(const inspect_view *v, int m)
+{
+    double amax = 0.0;
+    for (int i = 0; i < m; i++)
+        if (fabs(inspect_attr(v, i)) > amax)
+            amax = fabs(inspect_attr(v, i));
+    return amax > 0.0 ? amax : 1.0;
+}
+
 /* ------------------------------------------------------------------- JSON */
+
+/* {"label": value, ...} */
+static void json_by_class(render_buf *out, const inspect_view *v, const double *x)
+{
+    rb_puts(out, "{");
+    for (int c = 0; c < v->n_classes; c++) {
+        rb_puts(out, c ? ", " : "");
+        rb_json_string(out, v->labels[c], 0);
+        rb_puts(out, ": ");
+        rb_number(out, x[c]);
+    }
+    rb_puts(out, "}");
+}
 
 void render_json(render_buf *out, const inspect_view *v)
 {
@@ -242,7 +269,32 @@ void render_json(render_buf *out, const inspect_view *v)
         rb_puts(out, ": ");
         rb_number(out, v->probs[c]);
     }
-    rb_printf(out, "},\n  \"length\": %d,\n  \"full_length\": %d,\n  \"truncated\": %s,\n", n,
+    rb_puts(out, "},\n  \"logits\": ");
+    json_by_class(out, v, v->logits);
+    rb_puts(out, ",\n  \"attribution\": ");
+    rb_json_string(out, ac_attr_method_name(v->attribution), 0);
+    if (v->attribution != AC_ATTR_NONE) {
+        if (v->attribution == AC_ATTR_IG)
+            rb_printf(out, ",\n  \"attribution_steps\": %d", v->attr_steps);
+        rb_puts(out, ",\n  \"attribution_baseline\": ");
+        rb_json_string(out, v->attr_baseline, 0);
+        rb_puts(out, ",\n  \"baseline_logits\": ");
+        json_by_class(out, v, v->baseline_logits);
+        rb_puts(out, ",\n  \"attributions\": {");
+        for (int c = 0; c < v->n_classes; c++) {
+            rb_puts(out, c ? ",\n    " : "\n    ");
+            rb_json_string(out, v->labels[c], 0);
+            rb_puts(out, ": [");
+            for (int i = 0; i < n; i++) {
+                rb_puts(out, i ? ", " : "");
+                rb_number(out, v->attr_scores[(size_t)c * n + i]);
+            }
+            rb_puts(out, "]");
+        }
+        rb_puts(out, "\n  },\n  \"delta\": ");
+        rb_number(out, v->attr_delta);
+    }
+    rb_printf(out, ",\n  \"length\": %d,\n  \"full_length\": %d,\n  \"truncated\": %s,\n", n,
               v->full_len, v->full_len > n ? "true" : "false");
     rb_puts(out, "  \"pooling\": ");
     rb_json_string(out, ac_pooling_name(v->pooling), 0);

@@ -37,6 +37,21 @@ static const unsigned char shade_stops[][3] = {
     {252, 78, 42},   {227, 26, 28},   {189, 0, 38},    {128, 0, 38},
 };
 
+/* ColorBrewer "RdBu" (11 classes), reversed: blue for against, red for toward. */
+static const unsigned char diverging_stops[][3] = {
+    {5, 48, 97},     {33, 102, 172}, {67, 147, 195}, {146, 197, 222}, {209, 229, 240}, {247, 247, 247},
+    {253, 219, 199}, {244, 165, 130}, {214, 96, 77},  {178, 24, 43},   {103, 0, 31},
+};
+
+void render_diverging_colour(double t, unsigned char rgb[3])
+{
+    if (isnan(t))
+        t = 0.0;
+    t = t < -1.0 ? -1.0 : t > 1.0 ? 1.0 : t;
+    interpolate(diverging_stops, (int)(sizeof diverging_stops / sizeof diverging_stops[0]),
+                (t + 1.0) / 2.0, rgb);
+}
+
 void render_heat_colour(double t, unsigned char rgb[3])
 {
     interpolate(heat_stops, (int)(sizeof heat_stops / sizeof heat_stops[0]), t, rgb);
@@ -93,6 +108,74 @@ static void svg_legend(render_buf *out, int x, int y, double vmax)
     }
 }
 
+/* The attribution panel: one bar per token (the first m), up and red when the
+ * token pushed toward the predicted class, down and blue when against, on a
+ * scale of +-amax; token labels underneath. Returns the panel's height. */
+#define ATTR_BAR_H 64
+#define ATTR_AXIS_W 56
+static int svg_attr_height(int label_space)
+{
+    return 44 + 2 * ATTR_BAR_H + 8 + label_space + PANEL_GAP;
+}
+
+static void svg_attr_bars(render_buf *out, const inspect_view *v, int m, int x0, int y0, int bar_w,
+                          int font)
+{
+    double amax = inspect_attr_max(v, m);
+    const char *label = v->labels[v->predicted];
+    rb_printf(out, "<g>\n<text x=\"%d\" y=\"%d\" font-size=\"14\" font-weight=\"bold\">", x0, y0 + 16);
+    rb_puts(out, "Attribution to ");
+    rb_xml_text(out, label);
+    rb_printf(out, " (%s", render_attr_name(v->attribution));
+    if (v->attribution == AC_ATTR_IG)
+        rb_printf(out, ", %d steps", v->attr_steps);
+    rb_puts(out, ", completeness gap ");
+    rb_number_digits(out, 100.0 * v->attr_delta, 2);
+    rb_puts(out, " %)");
+    if (m < v->n)
+        rb_printf(out, " \xE2\x80\x94 first %d of %d tokens", m, v->n);
+    rb_puts(out, "</text>\n");
+    rb_printf(out, "<text x=\"%d\" y=\"%d\" font-size=\"12\" fill=\"#555\">red, up: pushed toward ", x0,
+              y0 + 32);
+    rb_xml_text(out, label);
+    rb_puts(out, "; blue, down: against. Baseline: ");
+    rb_xml_text(out, v->attr_baseline);
+    rb_puts(out, ".</text>\n");
+    int gx = x0 + ATTR_AXIS_W, top = y0 + 44, zero = top + ATTR_BAR_H;
+    /* axis: +amax, 0, -amax */
+    for (int k = -1; k <= 1; k++) {
+        int y = zero - k * ATTR_BAR_H;
+        rb_printf(out, "<text x=\"%d\" y=\"%d\" font-size=\"11\" text-anchor=\"end\">%s", gx - 6, y + 4,
+                  k > 0 ? "+" : k < 0 ? "\xE2\x88\x92" : "");
+        rb_number_digits(out, k ? amax : 0.0, 2);
+        rb_printf(out, "</text><line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\"/>\n", gx - 3, y,
+                  gx + m * bar_w, y, k ? "#ddd" : "#888");
+    }
+    rb_puts(out, "<g shape-rendering=\"crispEdges\">\n");
+    for (int i = 0; i < m; i++) {
+        double a = inspect_attr(v, i);
+        int h = (int)lround(fabs(a) / amax * ATTR_BAR_H);
+        int x = gx + i * bar_w + 1;
+        rb_printf(out, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\"><title>", x,
+                  a >= 0 ? zero - h : zero, bar_w - 2, h, a >= 0 ? "#b2182b" : "#2166ac");
+        rb_xml_text(out, v->tokens[i]);
+        rb_puts(out, ": ");
+        rb_number_digits(out, a, 3);
+        rb_puts(out, "</title></rect>\n");
+    }
+    rb_puts(out, "</g>\n");
+    int ly = zero + ATTR_BAR_H + 8;
+    for (int i = 0; i < m; i++) {
+        int cx = gx + i * bar_w + bar_w / 2 + font * 35 / 100;
+        rb_printf(out, "<text x=\"%d\" y=\"%d\" font-size=\"%d\" text-anchor=\"end\" "
+                       "transform=\"rotate(-90 %d %d)\"%s>",
+                  cx, ly, font, cx, ly, v->unknown[i] ? " font-style=\"italic\" fill=\"#b22\"" : "");
+        rb_xml_text_cut(out, v->tokens[i], LABEL_MAX_CHARS);
+        rb_puts(out, "</text>\n");
+    }
+    rb_puts(out, "</g>\n");
+}
+
 void render_svg(render_buf *out, const inspect_view *v)
 {
     int m = v->n < INSPECT_SVG_MAX_TOKENS ? v->n : INSPECT_SVG_MAX_TOKENS;
@@ -117,7 +200,14 @@ void render_svg(render_buf *out, const inspect_view *v)
     int width = 2 * MARGIN + cols * panel_w;
     if (width < 640)
         width = 640;
-    int height = HEADER_HEIGHT + rows * panel_h + MARGIN;
+    int attr_h = 0, bar_w = clampi(480 / m, 12, 28);
+    if (v->attribution != AC_ATTR_NONE) {
+        attr_h = svg_attr_height(label_space);
+        if (width < 2 * MARGIN + ATTR_AXIS_W + m * bar_w + 8)
+            width = 2 * MARGIN + ATTR_AXIS_W + m * bar_w + 8;
+    }
+    int top = HEADER_HEIGHT + attr_h; /* where the heatmaps start */
+    int height = top + rows * panel_h + MARGIN;
     double vmax = inspect_vmax(v, m);
 
     rb_printf(out,
@@ -155,12 +245,14 @@ void render_svg(render_buf *out, const inspect_view *v)
         rb_puts(out, " \xE2\x80\x94 red italic: not in the vocabulary");
     rb_puts(out, "</text>\n");
     svg_legend(out, MARGIN, 60, vmax);
+    if (v->attribution != AC_ATTR_NONE)
+        svg_attr_bars(out, v, m, MARGIN, HEADER_HEIGHT, bar_w, font);
 
     for (int l = 0; l < v->layer_count; l++)
         for (int h = 0; h < v->head_count; h++) {
             int layer = v->layer_first + l, head = v->head_first + h;
             int row = l * rows_per_layer + h / cols, col = h % cols;
-            int x0 = MARGIN + col * panel_w, y0 = HEADER_HEIGHT + row * panel_h;
+            int x0 = MARGIN + col * panel_w, y0 = top + row * panel_h;
             int gx = x0 + label_space + 4, gy = y0 + 24 + label_space + 4;
             rb_printf(out, "<g>\n<text x=\"%d\" y=\"%d\" font-size=\"14\" font-weight=\"bold\">layer %d, head %d",
                       gx, y0 + 16, layer, head);

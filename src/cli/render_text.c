@@ -2,6 +2,7 @@
  * tokens shaded by what the pooled representation draws from them. Without
  * colour (NO_COLOR, or not a terminal) each token is followed by its weight,
  * e.g. `great(0.210)`, so that the output stays readable in a pipe. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -52,6 +53,58 @@ static void set_colours(render_buf *out, const unsigned char bg[3], int underlin
         rb_puts(out, "\x1b[4m");
 }
 
+/* The review's tokens wrapped at width, each shaded (colour) or followed by
+ * its number (no colour): the attention weight as "(0.123)" when attr is 0,
+ * the attribution to the predicted class as "[+0.123]" when attr is 1. */
+static void text_tokens(render_buf *out, const inspect_view *v, render_colour_mode colour, int width,
+                        int attr, double scale)
+{
+    int column = 0;
+    for (int i = 0; i < v->n; i++) {
+        char number[32] = "";
+        const char *open = "", *close = "";
+        double value = attr ? inspect_attr(v, i) : v->token_weight[i];
+        if (colour == RENDER_COLOUR_NONE) {
+            if (attr)
+                snprintf(number, sizeof number, "[%+.3f]", value);
+            else
+                snprintf(number, sizeof number, "(%.3f)", value);
+            if (v->unknown[i]) {
+                open = "<unk:";
+                close = ">";
+            }
+        }
+        int w = display_width(v->tokens[i]) + (int)strlen(number) + (int)strlen(open) + (int)strlen(close);
+        if (column > 0 && column + 1 + w > width) {
+            rb_puts(out, "\n");
+            column = 0;
+        } else if (column > 0) {
+            rb_puts(out, " ");
+            column++;
+        }
+        double t = value / scale;
+        int shaded = colour != RENDER_COLOUR_NONE && fabs(t) >= 0.05;
+        if (shaded) {
+            unsigned char bg[3];
+            if (attr)
+                render_diverging_colour(t, bg);
+            else
+                render_shade_colour(t, bg);
+            set_colours(out, bg, v->unknown[i], colour);
+        } else if (colour != RENDER_COLOUR_NONE && v->unknown[i]) {
+            rb_puts(out, "\x1b[4m");
+        }
+        rb_puts(out, open);
+        rb_puts(out, v->tokens[i]);
+        rb_puts(out, close);
+        rb_puts(out, number);
+        if (colour != RENDER_COLOUR_NONE && (shaded || v->unknown[i]))
+            rb_puts(out, "\x1b[0m");
+        column += w;
+    }
+    rb_puts(out, "\n");
+}
+
 void render_text(render_buf *out, const inspect_view *v, render_colour_mode colour, int width)
 {
     if (width <= 0)
@@ -77,43 +130,7 @@ void render_text(render_buf *out, const inspect_view *v, render_colour_mode colo
     if (wmax <= 0.0)
         wmax = 1.0;
 
-    int column = 0;
-    for (int i = 0; i < v->n; i++) {
-        char weight[32] = "";
-        const char *open = "", *close = "";
-        if (colour == RENDER_COLOUR_NONE) {
-            snprintf(weight, sizeof weight, "(%.3f)", v->token_weight[i]);
-            if (v->unknown[i]) {
-                open = "<unk:";
-                close = ">";
-            }
-        }
-        int w = display_width(v->tokens[i]) + (int)strlen(weight) + (int)strlen(open) + (int)strlen(close);
-        if (column > 0 && column + 1 + w > width) {
-            rb_puts(out, "\n");
-            column = 0;
-        } else if (column > 0) {
-            rb_puts(out, " ");
-            column++;
-        }
-        double t = v->token_weight[i] / wmax;
-        int shaded = colour != RENDER_COLOUR_NONE && t >= 0.05;
-        if (shaded) {
-            unsigned char bg[3];
-            render_shade_colour(t, bg);
-            set_colours(out, bg, v->unknown[i], colour);
-        } else if (colour != RENDER_COLOUR_NONE && v->unknown[i]) {
-            rb_puts(out, "\x1b[4m");
-        }
-        rb_puts(out, open);
-        rb_puts(out, v->tokens[i]);
-        rb_puts(out, close);
-        rb_puts(out, weight);
-        if (colour != RENDER_COLOUR_NONE && (shaded || v->unknown[i]))
-            rb_puts(out, "\x1b[0m");
-        column += w;
-    }
-    rb_puts(out, "\n");
+    text_tokens(out, v, colour, width, 0, wmax);
     if (v->full_len > v->n)
         rb_printf(out, "note: the model read %d of the %d tokens (truncated as configured)\n", v->n,
                   v->full_len);
@@ -127,4 +144,23 @@ void render_text(render_buf *out, const inspect_view *v, render_colour_mode colo
         if (any_unknown)
             rb_puts(out, "underlined: not in the vocabulary\n");
     }
+    if (v->attribution == AC_ATTR_NONE)
+        return;
+
+    /* Which words pushed the prediction, and which way. */
+    const char *label = v->labels[v->predicted];
+    double amax = inspect_attr_max(v, v->n), sum = 0.0;
+    for (int i = 0; i < v->n; i++)
+        sum += inspect_attr(v, i);
+    rb_printf(out, "\nattribution to %s (%s", label, render_attr_name(v->attribution));
+    if (v->attribution == AC_ATTR_IG)
+        rb_printf(out, ", %d steps", v->attr_steps);
+    rb_printf(out, "; completeness gap %.2g %%):\n", 100.0 * v->attr_delta);
+    text_tokens(out, v, colour, width, 1, amax);
+    if (colour == RENDER_COLOUR_NONE)
+        rb_printf(out, "[+x]: how far the token moved the logit of %s: + toward it, - against\n", label);
+    else
+        rb_printf(out, "shading: red = pushed toward %s, blue = against; darkest = +-%.3f\n", label, amax);
+    rb_printf(out, "sum %+.4f = logit %.4f - baseline logit %.4f; baseline: %s\n", sum,
+              v->logits[v->predicted], v->baseline_logits[v->predicted], v->attr_baseline);
 }

@@ -445,32 +445,44 @@ static int read_fail(const char *name, ac_err *err)
     return ac_err_set(err, "%s: read failed: %s", name, strerror(errno));
 }
 
-int ac_st_load(ac_safetensors *st, const char *path, ac_err *err)
+/* Opens a regular file of at least 8 bytes that fits in memory; returns the
+ * descriptor (its length in *file_len) or -1 with err set. */
+static int open_model_file(const char *path, uint64_t *file_len, ac_err *err)
 {
-    memset(st, 0, sizeof *st);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return ac_err_set(err, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
+    const char *problem = NULL;
     if (fstat(fd, &sb) != 0) {
         int e = errno;
         close(fd);
         return ac_err_set(err, "%s: cannot stat: %s", path, strerror(e));
     }
-    if (!S_ISREG(sb.st_mode)) {
+    *file_len = (uint64_t)sb.st_size;
+    if (!S_ISREG(sb.st_mode))
+        problem = "not a regular file";
+    else if (*file_len < 8)
+        problem = "too short for a safetensors file (8-byte header length)";
+    else if (*file_len > SIZE_MAX)
+        problem = "file too large for this machine";
+    if (problem) {
         close(fd);
-        return ac_err_set(err, "%s: not a regular file", path);
+        if (S_ISREG(sb.st_mode) && *file_len < 8)
+            return ac_err_set(err, "%s: %llu bytes: %s", path, (unsigned long long)*file_len,
+                              problem);
+        return ac_err_set(err, "%s: %s", path, problem);
     }
-    uint64_t file_len = (uint64_t)sb.st_size;
-    if (file_len < 8) {
-        close(fd);
-        return ac_err_set(err, "%s: %llu bytes: too short for a safetensors file (8-byte header length)",
-                          path, (unsigned long long)file_len);
-    }
-    if (file_len > SIZE_MAX) {
-        close(fd);
-        return ac_err_set(err, "%s: file too large for this machine", path);
-    }
+    return fd;
+}
+
+int ac_st_load(ac_safetensors *st, const char *path, ac_err *err)
+{
+    memset(st, 0, sizeof *st);
+    uint64_t file_len;
+    int fd = open_model_file(path, &file_len, err);
+    if (fd < 0)
+        return -1;
     unsigned char prefix[8];
     unsigned char *header = NULL;
     if (read_exact(fd, prefix, 8) != 0) {
@@ -520,29 +532,10 @@ int ac_st_map(ac_safetensors *st, const char *path, ac_err *err)
     if (!host_is_little_endian())
         return ac_st_load(st, path, err);
     memset(st, 0, sizeof *st);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    uint64_t file_len;
+    int fd = open_model_file(path, &file_len, err);
     if (fd < 0)
-        return ac_err_set(err, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return ac_err_set(err, "%s: cannot stat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return ac_err_set(err, "%s: not a regular file", path);
-    }
-    uint64_t file_len = (uint64_t)sb.st_size;
-    if (file_len < 8) {
-        close(fd);
-        return ac_err_set(err, "%s: %llu bytes: too short for a safetensors file (8-byte header length)",
-                          path, (unsigned long long)file_len);
-    }
-    if (file_len > SIZE_MAX) {
-        close(fd);
-        return ac_err_set(err, "%s: file too large for this machine", path);
-    }
+        return -1;
     /* Writable private pages: a model may train from the mapping (its
      * changes are its own; the file never changes). */
     unsigned char *base = mmap(NULL, (size_t)file_len, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);

@@ -585,7 +585,7 @@ static void mark_ngram_rows(ac_model *m, const int32_t *lengths, int B, int T)
 static int batch_valid(const ac_model_config *c, const int32_t *ids, const int32_t *lengths,
                        const int32_t *labels, int B, int T)
 {
-    for (size_t i = 0; i < (size_t)B * (size_t)T; i++)
+    for (size_t i = 0; ids && i < (size_t)B * (size_t)T; i++)
         if (ids[i] < 0 || ids[i] >= c->vocab_size)
             return 0;
     for (int b = 0; b < B; b++) {
@@ -597,51 +597,38 @@ static int batch_valid(const ac_model_config *c, const int32_t *ids, const int32
     return 1;
 }
 
-/* The encoder, shared by every objective: after checking the batch (-1 and
- * nothing computed when it is out of range), token dropout, the embedding
- * block and the layers; the output is layer_input(m, L, drop). Records the
- * forward's state for backward (labels: none). t: the profile clock. */
-static int encoder_forward(ac_model *m, const int32_t *ids, const int32_t *lengths,
-                           const int32_t *labels, int B, int T, int train, uint64_t dropout_key,
-                           double *t_clock)
+/* Token rows + positions (+ the hashed n-gram rows) of ids into out
+ * [B, T, d]; the n-gram buckets land in act.ngram_ids (kept for backward). */
+static void embed_ids(ac_model *m, float *out, const int32_t *ids, const int32_t *lengths, int B,
+                      int T)
+{
+    const ac_model_config *c = &m->cfg;
+    const int d = c->d_model;
+    embedding_forward(out, ids, m->p.embed_w, m->p.pos_w ? m->p.pos_w : m->pos_table, B, T, d);
+    if (m->p.ngram_w) {
+        ngram_buckets_compute(m->act.ngram_ids, ids, lengths, B, T, c->ngram_order,
+                              c->ngram_buckets);
+        ngram_forward(out, m->act.ngram_ids, m->p.ngram_w, lengths, B, T, d, c->ngram_order - 1);
+    }
+}
+
+/* The encoder after act.embed_sum, shared by every objective: the embedding
+ * LayerNorm (and dropout) and the layers; the output is layer_input(m, L,
+ * drop). Records the forward's state for backward (no labels yet). *t is
+ * the profile clock started by the caller. */
+static void encoder_from_embed_sum(ac_model *m, const int32_t *ids, const int32_t *lengths, int B,
+                                   int T, int train, uint64_t dropout_key, int maps, double *t_clock)
 {
     const ac_model_config *c = &m->cfg;
     ac_activations *a = &m->act;
-    if (!a->mem || B < 1 || T < 1 || B > a->max_B || T > a->max_T ||
-        !batch_valid(c, ids, lengths, labels, B, T)) {
-        m->last_B = 0; /* nothing for backward to differentiate */
-        return -1;
-    }
     const int d = c->d_model, H = c->n_heads, ff = c->d_ff, L = c->n_layers;
     const int N = B * T;
     const size_t Nd = (size_t)N * d;
     const float p = c->dropout;
     const int drop = dropout_active(m, train);
     const float scale = 1.0f / sqrtf((float)(d / H));
-    /* Attention maps (B*H*T*T floats a layer) are stored only when a backward
-     * may follow or the caller asked for them: evaluation skips the traffic. */
-    const int maps = train || m->keep_attention;
     double t = *t_clock;
 
-    if (train && m->token_dropout > 0.0f) {
-        /* Token dropout: a share of the words become <unk> (their n-grams
-         * change with them), so no single word or phrase carries a review. */
-        uint64_t key = ac_rng_key(dropout_key, DROP_SITE_TOKENS);
-        for (int i = 0; i < N; i++)
-            a->dropped_ids[i] = ids[i] > AC_UNK_ID_MODEL &&
-                                        !(c->pooling == AC_POOL_CLS && i % T == 0) &&
-                                        ac_rng_uniform(key, (uint64_t)i) < m->token_dropout
-                                    ? AC_UNK_ID_MODEL
-                                    : ids[i];
-        ids = a->dropped_ids;
-    }
-    embedding_forward(a->embed_sum, ids, m->p.embed_w, m->p.pos_w ? m->p.pos_w : m->pos_table,
-                      B, T, d);
-    if (m->p.ngram_w) {
-        ngram_buckets_compute(a->ngram_ids, ids, lengths, B, T, c->ngram_order, c->ngram_buckets);
-        ngram_forward(a->embed_sum, a->ngram_ids, m->p.ngram_w, lengths, B, T, d,
-                      c->ngram_order - 1);
-    }
     layernorm_forward(a->embed_ln, a->embed_mean, a->embed_rstd, a->embed_sum, m->p.embed_norm_w,
                       m->p.embed_norm_b, N, d, c->ln_eps);
     if (drop)
@@ -694,32 +681,15 @@ static int encoder_forward(ac_model *m, const int32_t *ids, const int32_t *lengt
     m->last_ids = ids;
     m->last_lengths = lengths;
     m->last_labels = NULL;
-    return 0;
 }
 
-int ac_model_encoder_forward(ac_model *m, const int32_t *ids, const int32_t *lengths, int B, int T,
-                             int train, uint64_t dropout_key)
-{
-    double t = prof_start(m);
-    return encoder_forward(m, ids, lengths, NULL, B, T, train, dropout_key, &t);
-}
-
-const float *ac_model_encoder_output(const ac_model *m)
-{
-    return layer_input(m, m->cfg.n_layers, dropout_active(m, m->last_train));
-}
-
-float ac_model_forward(ac_model *m, const int32_t *ids, const int32_t *lengths,
-                       const int32_t *labels, int B, int T, int train, uint64_t dropout_key)
+/* The classifier's head on the encoder's output: pooling, the head and the
+ * loss (with labels) or the probabilities. */
+static float classifier_head_forward(ac_model *m, const int32_t *lengths, const int32_t *labels,
+                                     int B, int T, int train, uint64_t dropout_key, double t)
 {
     const ac_model_config *c = &m->cfg;
     ac_activations *a = &m->act;
-    double t = prof_start(m);
-    if (c->objective != AC_OBJECTIVE_CLASSIFICATION ||
-        encoder_forward(m, ids, lengths, labels, B, T, train, dropout_key, &t) != 0) {
-        m->last_B = 0; /* nothing for backward to differentiate */
-        return NAN;
-    }
     const int d = c->d_model, L = c->n_layers, C = c->n_classes;
     const float p = c->dropout;
     const int drop = dropout_active(m, train);
@@ -750,62 +720,109 @@ float ac_model_forward(ac_model *m, const int32_t *ids, const int32_t *lengths,
     return loss;
 }
 
-/* ----------------------------------------------------------------- backward */
-
-/* Every scratch gradient is zeroed before a layer backward adds into it.
- * Pad positions: pooling sends them no gradient, attention gives pad keys
- * probability 0 and pad queries zero rows, LayerNorm/Linear map a zero row to
- * a zero row, and the embedding backward skips pads, so pads add nothing. */
-static void encoder_backward(ac_model *m, double t);
-
-void ac_model_backward(ac_model *m)
+/* The batch checked (-1 and nothing computed when it is out of range), token
+ * dropout, the embeddings and the encoder: everything before a head. */
+static int encoder_forward(ac_model *m, const int32_t *ids, const int32_t *lengths,
+                           const int32_t *labels, int B, int T, int train, uint64_t dropout_key,
+                           double *t)
 {
     const ac_model_config *c = &m->cfg;
     ac_activations *a = &m->act;
-    if (m->last_B < 1 || !m->last_labels || !m->last_maps_kept)
-        return; /* no forward with labels and attention maps to differentiate */
-    const int B = m->last_B, T = m->last_T;
-    const int d = c->d_model, C = c->n_classes;
-    const size_t Nd = (size_t)B * T * d;
-    const int drop = dropout_active(m, m->last_train);
-    const int32_t *lengths = m->last_lengths;
-    double t = prof_start(m);
-
-    /* Head and pooling. */
-    zero_floats(a->grad_logits, (size_t)B * C);
-    crossentropy_backward(a->grad_logits, a->probs_out, m->last_labels, B, C,
-                          m->last_train ? m->label_smoothing : 0.0f);
-    zero_floats(a->grad_pooled, (size_t)B * d);
-    if (drop) {
-        zero_floats(a->grad_c, (size_t)B * d);
-        linear_backward(a->grad_c, m->g.head_w, m->g.head_b, a->grad_logits, a->pooled_drop,
-                        m->p.head_w, B, d, C);
-        dropout_backward(a->grad_pooled, a->grad_c, a->pooled_mask, (size_t)B * d);
-    } else {
-        linear_backward(a->grad_pooled, m->g.head_w, m->g.head_b, a->grad_logits, a->pooled,
-                        m->p.head_w, B, d, C);
+    if (!a->mem || B < 1 || T < 1 || B > a->max_B || T > a->max_T ||
+        !batch_valid(c, ids, lengths, labels, B, T)) {
+        m->last_B = 0; /* nothing for backward to differentiate */
+        return -1;
     }
-    float *dx = a->grad_a; /* gradient w.r.t. the current layer's output */
-    zero_floats(dx, Nd);
-    pool_backward(dx, a->grad_pooled, a->pool_argmax, lengths, B, T, d, c->pooling);
-    prof_lap(m, &t, m->profile.backward, AC_PART_HEAD);
-    encoder_backward(m, t);
+    const int N = B * T;
+    /* Attention maps (B*H*T*T floats a layer) are stored only when a backward
+     * may follow or the caller asked for them: evaluation skips the traffic. */
+    const int maps = train || m->keep_attention;
+
+    if (train && m->token_dropout > 0.0f) {
+        /* Token dropout: a share of the words become <unk> (their n-grams
+         * change with them), so no single word or phrase carries a review. */
+        uint64_t key = ac_rng_key(dropout_key, DROP_SITE_TOKENS);
+        for (int i = 0; i < N; i++)
+            a->dropped_ids[i] = ids[i] > AC_UNK_ID_MODEL &&
+                                        !(c->pooling == AC_POOL_CLS && i % T == 0) &&
+                                        ac_rng_uniform(key, (uint64_t)i) < m->token_dropout
+                                    ? AC_UNK_ID_MODEL
+                                    : ids[i];
+        ids = a->dropped_ids;
+    }
+    embed_ids(m, a->embed_sum, ids, lengths, B, T);
+    encoder_from_embed_sum(m, ids, lengths, B, T, train, dropout_key, maps, t);
+    return 0;
 }
 
-void ac_model_encoder_backward(ac_model *m, const float *d_output)
+float ac_model_forward(ac_model *m, const int32_t *ids, const int32_t *lengths,
+                       const int32_t *labels, int B, int T, int train, uint64_t dropout_key)
 {
-    if (m->last_B < 1 || !m->last_maps_kept)
-        return; /* no forward with attention maps to differentiate */
-    if (d_output != m->act.grad_a)
-        memcpy(m->act.grad_a, d_output,
-               (size_t)m->last_B * m->last_T * m->cfg.d_model * sizeof *d_output);
-    encoder_backward(m, prof_start(m));
+    double t = prof_start(m);
+    if (m->cfg.objective != AC_OBJECTIVE_CLASSIFICATION ||
+        encoder_forward(m, ids, lengths, labels, B, T, train, dropout_key, &t) != 0) {
+        m->last_B = 0; /* nothing for backward to differentiate */
+        return NAN;
+    }
+    return classifier_head_forward(m, lengths, labels, B, T, train, dropout_key, t);
 }
 
-/* The encoder's backward, from dL/d(output) in act.grad_a down to the
- * embedding tables (act.grad_a is then overwritten). */
-static void encoder_backward(ac_model *m, double t)
+int ac_model_encoder_forward(ac_model *m, const int32_t *ids, const int32_t *lengths, int B, int T,
+                             int train, uint64_t dropout_key)
 {
+    double t = prof_start(m);
+    return encoder_forward(m, ids, lengths, NULL, B, T, train, dropout_key, &t);
+}
+
+const float *ac_model_encoder_output(const ac_model *m)
+{
+    return layer_input(m, m->cfg.n_layers, dropout_active(m, m->last_train));
+}
+
+int ac_model_embed(ac_model *m, float *out, const int32_t *ids, const int32_t *lengths, int B,
+                   int T)
+{
+    const ac_activations *a = &m->act;
+    if (!a->mem || B < 1 || T < 1 || B > a->max_B || T > a->max_T ||
+        !batch_valid(&m->cfg, ids, lengths, NULL, B, T))
+        return -1;
+    m->last_B = 0; /* act.ngram_ids (and maybe act.embed_sum) no longer match the last forward */
+    embed_ids(m, out, ids, lengths, B, T);
+    return 0;
+}
+
+float ac_model_forward_embedded(ac_model *m, const float *embed_sum, const int32_t *lengths,
+                                const int32_t *labels, int B, int T)
+{
+    ac_activations *a = &m->act;
+    if (m->cfg.objective != AC_OBJECTIVE_CLASSIFICATION || !a->mem || B < 1 || T < 1 ||
+        B > a->max_B || T > a->max_T || !batch_valid(&m->cfg, NULL, lengths, labels, B, T)) {
+        m->last_B = 0;
+        return NAN;
+    }
+    double t = prof_start(m);
+    size_t n = (size_t)B * (size_t)T * (size_t)m->cfg.d_model;
+    if (embed_sum != a->embed_sum)
+        memmove(a->embed_sum, embed_sum, n * sizeof *embed_sum);
+    encoder_from_embed_sum(m, NULL, lengths, B, T, 0, 0, 1, &t);
+    return classifier_head_forward(m, lengths, labels, B, T, 0, 0, t);
+}
+
+/* ----------------------------------------------------------------- backward */
+
+/* The encoder's backward, from dL/d(output) in act.grad_a (which it then
+ * overwrites) down to the embedding block. g: where parameter gradients are
+ * added (NULL: none are computed). d_embed_sum == NULL: the gradient of the
+ * embedding sum is scattered into the token, position and n-gram tables of
+ * g; else it is added into d_embed_sum [B, T, d] and the tables are left
+ * alone.
+ * Every scratch gradient is zeroed before a layer backward adds into it.
+ * Pad positions: the heads send them no gradient, attention gives pad keys
+ * probability 0 and pad queries zero rows, LayerNorm/Linear map a zero row to
+ * a zero row, and the embedding backward skips pads, so pads add nothing. */
+static void encoder_backward(ac_model *m, const ac_param_ptrs *g, float *d_embed_sum, double t)
+{
+    static const ac_layer_params no_layer_grads; /* all NULL */
     const ac_model_config *c = &m->cfg;
     ac_activations *a = &m->act;
     const int B = m->last_B, T = m->last_T;
@@ -819,7 +836,7 @@ static void encoder_backward(ac_model *m, double t)
 
     for (int l = L - 1; l >= 0; l--) {
         const ac_layer_params *w = &m->p.layers[l];
-        const ac_layer_params *gw = &m->g.layers[l];
+        const ac_layer_params *gw = g ? &g->layers[l] : &no_layer_grads;
         const float *x = layer_input(m, l, drop);
         float *dh = a->grad_b; /* gradient w.r.t. ln1 output (h), then reused */
 
@@ -878,15 +895,83 @@ static void encoder_backward(ac_model *m, double t)
         dropout_backward(a->grad_b, dx, a->embed_mask, Nd);
         dln = a->grad_b;
     }
+    if (d_embed_sum) {
+        layernorm_backward(d_embed_sum, g ? g->embed_norm_w : NULL, g ? g->embed_norm_b : NULL,
+                           dln, a->embed_sum, m->p.embed_norm_w, a->embed_mean, a->embed_rstd, N,
+                           d);
+        prof_lap(m, &t, m->profile.backward, AC_PART_EMBED);
+        return;
+    }
     zero_floats(a->grad_c, Nd);
-    layernorm_backward(a->grad_c, m->g.embed_norm_w, m->g.embed_norm_b, dln, a->embed_sum,
+    layernorm_backward(a->grad_c, g->embed_norm_w, g->embed_norm_b, dln, a->embed_sum,
                        m->p.embed_norm_w, a->embed_mean, a->embed_rstd, N, d);
-    embedding_backward(m->g.embed_w, a->grad_c, m->last_ids, lengths, B, T, d);
+    embedding_backward(g->embed_w, a->grad_c, m->last_ids, lengths, B, T, d);
     if (m->p.pos_w)
-        positions_backward(m->g.pos_w, a->grad_c, lengths, B, T, d);
+        positions_backward(g->pos_w, a->grad_c, lengths, B, T, d);
     if (m->p.ngram_w) {
-        ngram_backward(m->g.ngram_w, a->grad_c, a->ngram_ids, lengths, B, T, d, c->ngram_order - 1);
+        ngram_backward(g->ngram_w, a->grad_c, a->ngram_ids, lengths, B, T, d, c->ngram_order - 1);
         mark_ngram_rows(m, lengths, B, T);
     }
     prof_lap(m, &t, m->profile.backward, AC_PART_EMBED);
+}
+
+/* The classifier's backward from act.grad_logits (already filled): its head
+ * and pooling into act.grad_a, then the encoder (g and d_embed_sum as for
+ * encoder_backward). */
+static void backward_from_logits(ac_model *m, const ac_param_ptrs *g, float *d_embed_sum, double t)
+{
+    const ac_model_config *c = &m->cfg;
+    ac_activations *a = &m->act;
+    const int B = m->last_B, T = m->last_T;
+    const int d = c->d_model, C = c->n_classes;
+    const size_t Nd = (size_t)B * T * d;
+    const int drop = dropout_active(m, m->last_train);
+
+    zero_floats(a->grad_pooled, (size_t)B * d);
+    if (drop) {
+        zero_floats(a->grad_c, (size_t)B * d);
+        linear_backward(a->grad_c, g ? g->head_w : NULL, g ? g->head_b : NULL, a->grad_logits,
+                        a->pooled_drop, m->p.head_w, B, d, C);
+        dropout_backward(a->grad_pooled, a->grad_c, a->pooled_mask, (size_t)B * d);
+    } else {
+        linear_backward(a->grad_pooled, g ? g->head_w : NULL, g ? g->head_b : NULL,
+                        a->grad_logits, a->pooled, m->p.head_w, B, d, C);
+    }
+    zero_floats(a->grad_a, Nd);
+    pool_backward(a->grad_a, a->grad_pooled, a->pool_argmax, m->last_lengths, B, T, d,
+                  c->pooling);
+    prof_lap(m, &t, m->profile.backward, AC_PART_HEAD);
+    encoder_backward(m, g, d_embed_sum, t);
+}
+
+void ac_model_backward(ac_model *m)
+{
+    ac_activations *a = &m->act;
+    if (m->last_B < 1 || !m->last_labels || !m->last_maps_kept || !m->last_ids)
+        return; /* no forward with ids, labels and attention maps to differentiate */
+    double t = prof_start(m);
+    zero_floats(a->grad_logits, (size_t)m->last_B * m->cfg.n_classes);
+    crossentropy_backward(a->grad_logits, a->probs_out, m->last_labels, m->last_B,
+                          m->cfg.n_classes, m->last_train ? m->label_smoothing : 0.0f);
+    backward_from_logits(m, &m->g, NULL, t);
+}
+
+void ac_model_encoder_backward(ac_model *m, const float *d_output)
+{
+    if (m->last_B < 1 || !m->last_maps_kept || !m->last_ids)
+        return; /* no forward from ids with attention maps to differentiate */
+    if (d_output != m->act.grad_a)
+        memcpy(m->act.grad_a, d_output,
+               (size_t)m->last_B * m->last_T * m->cfg.d_model * sizeof *d_output);
+    encoder_backward(m, &m->g, NULL, prof_start(m));
+}
+
+int ac_model_backward_embedded(ac_model *m, const float *dlogits, float *d_embed_sum)
+{
+    if (m->last_B < 1 || !m->last_maps_kept || m->cfg.objective != AC_OBJECTIVE_CLASSIFICATION)
+        return -1;
+    double t = prof_start(m);
+    memcpy(m->act.grad_logits, dlogits, (size_t)m->last_B * m->cfg.n_classes * sizeof *dlogits);
+    backward_from_logits(m, NULL, d_embed_sum, t);
+    return 0;
 }
