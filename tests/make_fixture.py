@@ -19,8 +19,19 @@ prints one JSON object: {"logits": [[...], ...], "probabilities": [[...], ...]},
 
 checks the reference model itself against PyTorch's nn.TransformerEncoderLayer
 (post-LN, ReLU, key padding mask) on every pooling, its input features
-(positions, hashed n-grams) against a plain per-position loop, and its
-label-smoothed loss against F.cross_entropy(label_smoothing=...).
+(positions, hashed n-grams) against a plain per-position loop, its
+label-smoothed loss against F.cross_entropy(label_smoothing=...), and the
+masked-LM head (logits at the masked positions only) against the full
+[B, T, V] output layer.
+
+The pretraining model (config.json model.objective "masked_lm") is the same
+encoder with another head: at the masked positions (flat indices b*T + t)
+the final hidden states h give logits = h embed.weight^T + mlm.bias (the
+output layer tied to the token embedding), and the loss is the mean
+cross-entropy against the original ids of those positions. Its fixture
+(ref_mlm_l2_d16.safetensors) holds the corrupted input ids (with <mask> and
+replaced words), the positions, the targets, the logits [M, V], the loss,
+every gradient and five AdamW steps.
 
 The model below is written from the specification in DESIGN.md, not from the
 C code: token embedding + positions (fixed sinusoidal table, a learned
@@ -209,13 +220,41 @@ class Classifier(nn.Module):
         return self.head(pooled)
 
 
+class MaskedLM(nn.Module):
+    """The encoder of Classifier with the tied masked-LM head: no pooling, no
+    head.*, a bias mlm.bias [V]; logits only at the given flat positions."""
+
+    def __init__(self, V, d, heads, ff, n_layers, max_len, eps=LN_EPS, positions="sinusoidal",
+                 ngram_order=1, ngram_buckets=0):
+        super().__init__()
+        self.embed = Embed(V, d, max_len, eps, positions, ngram_order, ngram_buckets)
+        self.layers = nn.ModuleList([EncoderLayer(d, heads, ff, eps) for _ in range(n_layers)])
+        self.mlm = nn.Module()
+        self.mlm.bias = nn.Parameter(torch.zeros(V))
+
+    def hidden(self, ids, lengths):
+        T = ids.shape[1]
+        pad = torch.arange(T)[None, :] >= lengths[:, None]
+        x = self.embed(ids, lengths)
+        for layer in self.layers:
+            x = layer(x, pad)
+        return x
+
+    def forward(self, ids, lengths, positions):
+        B, T = ids.shape
+        h = self.hidden(ids, lengths).reshape(B * T, -1)[positions]
+        return h @ self.embed.weight.T + self.mlm.bias
+
+
 def has_ngrams(ngram_order, ngram_buckets):
     return ngram_order >= 2 and ngram_buckets > 0
 
 
-def param_names(n_layers, positions="sinusoidal", ngram_order=1, ngram_buckets=0):
+def param_names(n_layers, positions="sinusoidal", ngram_order=1, ngram_buckets=0,
+                objective="classification"):
     """The parameter order the C model's table uses (state_dict names): the
-    learned position table right after embed.weight, the n-gram table last."""
+    learned position table right after embed.weight, the head (head.* or, for
+    a masked LM, mlm.bias) after the layers, the n-gram table last."""
     names = ["embed.weight"]
     if positions == "learned":
         names.append("embed.pos.weight")
@@ -225,7 +264,7 @@ def param_names(n_layers, positions="sinusoidal", ngram_order=1, ngram_buckets=0
                   "attn.out.bias", "ln1.weight", "ln1.bias", "ffn.fc1.weight", "ffn.fc1.bias",
                   "ffn.fc2.weight", "ffn.fc2.bias", "ln2.weight", "ln2.bias"):
             names.append(f"layers.{i}.{s}")
-    names += ["head.weight", "head.bias"]
+    names += ["mlm.bias"] if objective == "masked_lm" else ["head.weight", "head.bias"]
     if has_ngrams(ngram_order, ngram_buckets):
         names.append("embed.ngram.weight")
     return names
@@ -265,6 +304,49 @@ def write_safetensors(path, tensors, metadata):
     os.replace(tmp, path)
 
 
+def fill_weights(params, names, g, small=()):
+    """Random float32 values large enough that every gradient is well above
+    rounding noise: matrices normal(0, 0.3) (0.05 for the names in `small`),
+    LayerNorm gains 1 + normal(0, 0.2), biases normal(0, 0.1); drawn from g in
+    the order of names."""
+    with torch.no_grad():
+        for name in names:
+            p = params[name]
+            if p.dim() == 2:
+                std = 0.05 if name in small else 0.3
+                w = torch.randn(p.shape, generator=g, dtype=torch.float64) * std
+            elif name.endswith(".weight"):  # LayerNorm gain
+                w = 1.0 + 0.2 * torch.randn(p.shape, generator=g, dtype=torch.float64)
+            else:
+                w = 0.1 * torch.randn(p.shape, generator=g, dtype=torch.float64)
+            p.copy_(w.float().double())
+
+
+def gradients_and_steps(params, names, loss_of):
+    """The initial values, the loss of loss_of() with every gradient, and the
+    losses of five AdamW steps (lr 1e-2, decay 0.01 on matrices only, as the C
+    optimizer does; no clipping)."""
+    initial = {name: params[name].detach().clone() for name in names}
+    for p in params.values():
+        p.grad = None
+    loss = loss_of()
+    loss.backward()
+    grads = {name: params[name].grad.detach().clone() for name in names}
+    decay = [params[n] for n in names if params[n].dim() == 2]
+    no_decay = [params[n] for n in names if params[n].dim() != 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=1e-2, betas=(0.9, 0.999), eps=1e-8)
+    losses = []
+    for _ in range(5):
+        opt.zero_grad()
+        step_loss = loss_of()
+        losses.append(step_loss.item())
+        step_loss.backward()
+        opt.step()
+    return initial, loss, grads, losses
+
+
 def make_fixture(path, seed, n_layers, d, heads, ff, V, C, pooling, max_len, lengths,
                  positions="sinusoidal", ngram_order=1, ngram_buckets=0, label_smoothing=0.0,
                  id_rows=None):
@@ -277,22 +359,11 @@ def make_fixture(path, seed, n_layers, d, heads, ff, V, C, pooling, max_len, len
     params = dict(model.named_parameters())
     assert sorted(params) == sorted(names), (sorted(params), sorted(names))
 
-    # Weights large enough that every gradient is well above rounding noise;
     # LayerNorm gains and all biases random too, so their gradients are tested
-    # away from the trivial initial values. Every value is a float32.
-    with torch.no_grad():
-        for name in names:
-            p = params[name]
-            if p.dim() == 2:
-                # A smaller head keeps the initial loss near log(C), so the
-                # five AdamW steps move it visibly instead of saturating.
-                std = 0.05 if name == "head.weight" else 0.3
-                w = torch.randn(p.shape, generator=g, dtype=torch.float64) * std
-            elif name.endswith(".weight"):  # LayerNorm gain
-                w = 1.0 + 0.2 * torch.randn(p.shape, generator=g, dtype=torch.float64)
-            else:
-                w = 0.1 * torch.randn(p.shape, generator=g, dtype=torch.float64)
-            p.copy_(w.float().double())
+    # away from the trivial initial values. A smaller head keeps the initial
+    # loss near log(C), so the five AdamW steps move it visibly instead of
+    # saturating.
+    fill_weights(params, names, g, small=("head.weight",))
 
     if id_rows is None:
         ids = torch.randint(1, V, (B, T), generator=g)
@@ -307,27 +378,9 @@ def make_fixture(path, seed, n_layers, d, heads, ff, V, C, pooling, max_len, len
         ids[b, lengths[b]:] = PAD_ID
     labels = torch.randint(0, C, (B,), generator=g)
 
-    initial = {name: params[name].detach().clone() for name in names}
-
     logits = model(ids, lens)
-    loss = train_loss(logits, labels, label_smoothing)
-    model.zero_grad()
-    loss.backward()
-    grads = {name: params[name].grad.detach().clone() for name in names}
-
-    # Five AdamW steps; decay only on matrices, as the C optimizer does.
-    decay = [params[n] for n in names if params[n].dim() == 2]
-    no_decay = [params[n] for n in names if params[n].dim() != 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=1e-2, betas=(0.9, 0.999), eps=1e-8)
-    losses = []
-    for _ in range(5):
-        opt.zero_grad()
-        step_loss = train_loss(model(ids, lens), labels, label_smoothing)
-        losses.append(step_loss.item())
-        step_loss.backward()
-        opt.step()
+    initial, loss, grads, losses = gradients_and_steps(
+        params, names, lambda: train_loss(model(ids, lens), labels, label_smoothing))
 
     tensors = [("param." + n, initial[n]) for n in names]
     tensors += [("ids", ids.double()), ("lengths", lens.double()), ("labels", labels.double()),
@@ -367,6 +420,50 @@ def make_fixture(path, seed, n_layers, d, heads, ff, V, C, pooling, max_len, len
               f"different n-grams)")
 
 
+def make_mlm_fixture(path, seed, n_layers, d, heads, ff, V, max_len, id_rows, positions_bt,
+                     targets, positions="learned", ngram_order=2, ngram_buckets=11):
+    """The masked-LM fixture: id_rows are the corrupted inputs (as attnctl's
+    masking writes them), positions_bt the (item, position) pairs predicted
+    and targets their original ids."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = [len(r) for r in id_rows]
+    B, T = len(id_rows), max(lengths)
+    model = MaskedLM(V, d, heads, ff, n_layers, max_len, positions=positions,
+                     ngram_order=ngram_order, ngram_buckets=ngram_buckets).double()
+    names = param_names(n_layers, positions, ngram_order, ngram_buckets, "masked_lm")
+    params = dict(model.named_parameters())
+    assert sorted(params) == sorted(names), (sorted(params), sorted(names))
+    fill_weights(params, names, g)
+    ids = torch.full((B, T), PAD_ID, dtype=torch.long)
+    for b, r in enumerate(id_rows):
+        ids[b, :len(r)] = torch.tensor(r)
+    lens = torch.tensor(lengths)
+    flat = torch.tensor([b * T + t for b, t in positions_bt])
+    assert all(t < lengths[b] for b, t in positions_bt), "a position on a pad"
+    assert flat.tolist() == sorted(set(flat.tolist())), "positions must be ascending and distinct"
+    tgt = torch.tensor(targets)
+    logits = model(ids, lens, flat)
+    initial, loss, grads, losses = gradients_and_steps(
+        params, names, lambda: F.cross_entropy(model(ids, lens, flat), tgt))
+
+    tensors = [("param." + n, initial[n]) for n in names]
+    tensors += [("ids", ids.double()), ("lengths", lens.double()),
+                ("positions", flat.double()), ("targets", tgt.double()),
+                ("logits", logits), ("loss", loss.reshape(1))]
+    tensors += [("grad." + n, grads[n]) for n in names]
+    tensors += [("losses_5", torch.tensor(losses, dtype=torch.float64))]
+    meta = {"objective": "masked_lm", "n_layers": n_layers, "d": d, "heads": heads, "ff": ff,
+            "V": V, "max_len": max_len, "ln_eps": LN_EPS, "seed": seed,
+            "positions": positions, "ngram_order": ngram_order, "ngram_buckets": ngram_buckets,
+            "adamw": "lr=1e-2 wd=0.01 (matrices only) betas=0.9,0.999 eps=1e-8 no clip",
+            "torch": torch.__version__}
+    if has_ngrams(ngram_order, ngram_buckets):
+        meta["ngram_hash"] = NGRAM_HASH
+    write_safetensors(path, tensors, meta)
+    print(f"{path}: {len(targets)} masked positions, loss {loss.item():.6f}, "
+          f"losses_5 {[round(x, 6) for x in losses]}")
+
+
 def read_safetensors(path):
     """{name: float64 tensor} from an F32 safetensors file, with json + struct only."""
     with open(path, "rb") as f:
@@ -394,6 +491,9 @@ def model_dir_logits(model_dir, id_lists):
         n_vocab = sum(1 for _ in f)
     if n_vocab != mc["vocab_size"]:
         raise SystemExit(f"{model_dir}/vocab.txt: {n_vocab} tokens, config says {mc['vocab_size']}")
+    if mc.get("objective", "classification") != "classification":
+        raise SystemExit(f"{model_dir}: a {mc['objective']} (pretrained) model has no classifier "
+                         "logits; --model-dir reproduces classifiers (fine-tuned models)")
     # Keys newer than the first attnctl models; absent means what those models did.
     positions = mc.get("positions", "sinusoidal")
     ngram_order = mc.get("ngram_order", 1)
@@ -529,6 +629,21 @@ def self_check():
         print(f"self-check label smoothing {s}: |loss difference| {loss_diff:.3g}, "
               f"max |logit gradient difference| {grad_diff:.3g}")
         worst = max(worst, loss_diff, grad_diff)
+    # The masked-LM head: logits at the masked positions are the rows of the
+    # full [B, T, V] tied output layer at those positions.
+    mlm = MaskedLM(V, d, H, ff, L, 12, positions="learned", ngram_order=2,
+                   ngram_buckets=7).double()
+    with torch.no_grad():
+        for name, p in mlm.named_parameters():
+            gain = name.endswith("weight") and p.dim() == 1
+            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * 0.3 + gain)
+    chosen = [(0, 2), (0, 8), (1, 0), (1, 3), (3, 5)]
+    flat = torch.tensor([b * T + t for b, t in chosen])
+    full = mlm.hidden(ids, lengths) @ mlm.embed.weight.T + mlm.mlm.bias  # [B, T, V]
+    expected = torch.stack([full[b, t] for b, t in chosen])
+    diff = (mlm(ids, lengths, flat) - expected).abs().max().item()
+    print(f"self-check masked-LM head at {len(chosen)} positions: max |logit difference| {diff:.3g}")
+    worst = max(worst, diff)
     if worst > 1e-10:
         raise SystemExit("self-check failed: the reference model differs from PyTorch's layers")
 
@@ -558,6 +673,18 @@ def write_fixtures(out):
                           [14],
                           [2, 13, 13, 13, 6, 5, 7, 1],
                           [18, 17, 16, 19]])
+    # The pretraining model: vocabulary <pad> 0, <unk> 1, <mask> 2, words
+    # 3..22; learned positions and bigrams in 11 buckets (the bigram of a
+    # masked position hashes <mask>, as attnctl's does); inputs corrupted as
+    # BERT masking leaves them: <mask> (2), a replaced word, a kept word.
+    make_mlm_fixture(os.path.join(out, "ref_mlm_l2_d16.safetensors"), seed=7788, n_layers=2,
+                     d=16, heads=2, ff=24, V=23, max_len=10,
+                     id_rows=[[3, 2, 5, 6, 2, 8, 9, 21, 4],
+                              [12, 2, 14, 15],
+                              [3, 20, 19, 2, 2, 7, 1]],
+                     positions_bt=[(0, 1), (0, 4), (0, 7), (1, 1), (1, 3), (2, 3), (2, 4),
+                                   (2, 5)],
+                     targets=[4, 7, 10, 13, 15, 18, 17, 7])
 
 
 def main():

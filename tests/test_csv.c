@@ -785,6 +785,191 @@ START_TEST(test_truncation_names)
 }
 END_TEST
 
+/* ------------------------------------------------------- plain text (pretrain) */
+
+static const ac_read_options LINES = {.lines = 1};
+
+/* One document a line: LF or CRLF, quotes and commas are plain text, blank
+ * lines skipped and counted, a last line without a break kept, line numbers
+ * of the file; gzip by content as for CSV. */
+START_TEST(test_lines_basic)
+{
+    tmpdir t;
+    tmpdir_make(&t);
+    const char text[] = "first doc\r\nsecond, with \"quotes\"\n\n  \t \nthird\ncaf\xC3 x\nlast";
+    write_bytes(join(&t, "docs.txt"), text, sizeof text - 1);
+    write_gz(join(&t, "docs.txt.gz"), text, sizeof text - 1);
+    const char *names[] = {"docs.txt", "docs.txt.gz"};
+    for (int k = 0; k < 2; k++) {
+        ac_rawdata d;
+        ac_err err = {{0}};
+        ck_assert_msg(ac_rawdata_read(&d, join(&t, names[k]), &LINES, &err) == 0, "%s", err.msg);
+        static const char *const want[] = {"first doc", "second, with \"quotes\"", "third",
+                                           "caf\xEF\xBF\xBD x", "last"};
+        static const int64_t want_line[] = {1, 2, 5, 6, 7};
+        ck_assert_int_eq(d.n_rows, 5);
+        for (int i = 0; i < 5; i++) {
+            ck_assert_str_eq(ac_rawdata_text(&d, i), want[i]);
+            ck_assert_uint_eq(ac_rawdata_text_len(&d, i), strlen(want[i]));
+            ck_assert_int_eq(d.line[i], want_line[i]);
+        }
+        ck_assert_ptr_null(d.labels);
+        ck_assert_int_eq(d.n_classes, 0);
+        ck_assert_int_eq(d.n_empty_skipped, 2);
+        ck_assert_int_eq(d.n_invalid_utf8, 1);
+        ac_rawdata_free(&d);
+    }
+    /* the same bytes as a CSV are something else: a header and one column */
+    ac_rawdata d;
+    ac_err err = {{0}};
+    ck_assert_int_eq(ac_rawdata_read(&d, join(&t, "docs.txt"), &UNLABELLED, &err), -1);
+    tmpdir_remove(&t);
+}
+END_TEST
+
+/* A line longer than the reads it arrives in, and many lines. */
+START_TEST(test_lines_long_and_many)
+{
+    tmpdir t;
+    tmpdir_make(&t);
+    size_t long_len = 300000, n_short = 5000;
+    size_t cap = long_len + 16 * n_short + 16;
+    char *buf = malloc(cap);
+    ck_assert_ptr_nonnull(buf);
+    size_t n = 0;
+    for (size_t i = 0; i < long_len; i++)
+        buf[n++] = (char)('a' + i % 26);
+    buf[n++] = '\n';
+    for (size_t i = 0; i < n_short; i++)
+        n += (size_t)snprintf(buf + n, cap - n, "doc %zu\r\n", i);
+    write_gz(join(&t, "many.gz"), buf, n);
+    ac_rawdata d;
+    ac_err err = {{0}};
+    ck_assert_msg(ac_rawdata_read(&d, join(&t, "many.gz"), &LINES, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(d.n_rows, 1 + (int64_t)n_short);
+    ck_assert_uint_eq(ac_rawdata_text_len(&d, 0), long_len);
+    ck_assert(memcmp(ac_rawdata_text(&d, 0), buf, long_len) == 0);
+    ck_assert_str_eq(ac_rawdata_text(&d, 1 + 4321), "doc 4321");
+    ck_assert_int_eq(d.line[1 + 4321], 2 + 4321);
+    ac_rawdata_free(&d);
+    free(buf);
+    tmpdir_remove(&t);
+}
+END_TEST
+
+/* Corrupt plain text: a NUL byte (binary data) names its line; empty and
+ * blank-only files; a gzip file cut short; options a text file cannot have. */
+START_TEST(test_lines_errors)
+{
+    tmpdir t;
+    tmpdir_make(&t);
+    write_bytes(join(&t, "nul.txt"), "one\ntwo\nthr\0ee\nfour\n", 20);
+    read_fails(join(&t, "nul.txt"), &LINES, 3, WORDS("NUL byte", "not a text file"));
+    write_bytes(join(&t, "empty.txt"), "", 0);
+    read_fails(join(&t, "empty.txt"), &LINES, 1, WORDS("empty file"));
+    write_bytes(join(&t, "blank.txt"), "\n  \r\n\n", 6);
+    read_fails(join(&t, "blank.txt"), &LINES, 1, WORDS("no text", "3 blank line(s) skipped"));
+    size_t len;
+    char *csv = many_rows(&len, 20000);
+    write_gz(join(&t, "full.gz"), csv, len);
+    size_t glen;
+    char *gz = slurp(join(&t, "full.gz"), &glen);
+    write_bytes(join(&t, "cut.gz"), gz, glen / 2);
+    ac_rawdata d;
+    memset(&d, 0xAB, sizeof d);
+    ac_err err = {{0}};
+    ck_assert_int_eq(ac_rawdata_read(&d, join(&t, "cut.gz"), &LINES, &err), -1);
+    ck_assert_msg(strstr(err.msg, "gzip data cut short"), "%s", err.msg);
+    ck_assert(is_zeroed(&d));
+    const ac_read_options with_column = {.lines = 1, .text_column = "text"};
+    ck_assert_int_eq(ac_rawdata_read(&d, join(&t, "full.gz"), &with_column, &err), -1);
+    ck_assert(is_zeroed(&d));
+    free(gz);
+    free(csv);
+    tmpdir_remove(&t);
+}
+END_TEST
+
+START_TEST(test_text_format_names)
+{
+    ac_text_format f = AC_TEXT_FORMAT_CSV;
+    ck_assert_int_eq(ac_text_format_parse("lines", &f), 0);
+    ck_assert_int_eq(f, AC_TEXT_FORMAT_LINES);
+    ck_assert_int_eq(ac_text_format_parse("auto", &f), 0);
+    ck_assert_int_eq(f, AC_TEXT_FORMAT_AUTO);
+    ck_assert_int_eq(ac_text_format_parse("tsv", &f), -1);
+    ck_assert_int_eq(f, AC_TEXT_FORMAT_AUTO);
+    for (int k = 0; k < 3; k++) {
+        ck_assert_int_eq(ac_text_format_parse(ac_text_format_name((ac_text_format)k), &f), 0);
+        ck_assert_int_eq(f, k);
+    }
+    ck_assert_int_eq(ac_text_format_of("a/unsup.csv.gz", AC_TEXT_FORMAT_AUTO), AC_TEXT_FORMAT_CSV);
+    ck_assert_int_eq(ac_text_format_of("B.CSV", AC_TEXT_FORMAT_AUTO), AC_TEXT_FORMAT_CSV);
+    ck_assert_int_eq(ac_text_format_of("notes.txt", AC_TEXT_FORMAT_AUTO), AC_TEXT_FORMAT_LINES);
+    ck_assert_int_eq(ac_text_format_of("csv.d/x.gz", AC_TEXT_FORMAT_AUTO), AC_TEXT_FORMAT_LINES);
+    ck_assert_int_eq(ac_text_format_of("notes.txt", AC_TEXT_FORMAT_CSV), AC_TEXT_FORMAT_CSV);
+    ck_assert_int_eq(ac_text_format_of("x.csv", AC_TEXT_FORMAT_LINES), AC_TEXT_FORMAT_LINES);
+}
+END_TEST
+
+/* Several files in order, each in its own format; labels dropped; the first
+ * failing file is named. */
+START_TEST(test_read_texts_concatenates)
+{
+    tmpdir t;
+    tmpdir_make(&t);
+    const char csv[] = "id,Text,label\n1,\"csv one, quoted\",pos\n2,csv two,neg\n";
+    write_gz(join(&t, "a.csv.gz"), csv, sizeof csv - 1);
+    write_bytes(join(&t, "b.txt"), "line one\n\nline two\n", 19);
+    const char other[] = "body,review\nx,from review\n";
+    write_bytes(join(&t, "c.csv"), other, sizeof other - 1);
+    char pa[512], pb[512], pc[512];
+    snprintf(pa, sizeof pa, "%s", join(&t, "a.csv.gz"));
+    snprintf(pb, sizeof pb, "%s", join(&t, "b.txt"));
+    snprintf(pc, sizeof pc, "%s", join(&t, "c.csv"));
+    const char *paths[] = {pa, pb, pc};
+    ac_rawdata d;
+    ac_err err = {{0}};
+    ck_assert_msg(ac_rawdata_read_texts(&d, paths, 3, AC_TEXT_FORMAT_AUTO, NULL, &err) == 0, "%s",
+                  err.msg);
+    static const char *const want[] = {"csv one, quoted", "csv two", "line one", "line two",
+                                       "from review"};
+    static const int64_t want_line[] = {2, 3, 1, 3, 2};
+    ck_assert_int_eq(d.n_rows, 5);
+    for (int i = 0; i < 5; i++) {
+        ck_assert_str_eq(ac_rawdata_text(&d, i), want[i]);
+        ck_assert_int_eq(d.line[i], want_line[i]);
+    }
+    ck_assert_ptr_null(d.labels);
+    ck_assert_int_eq(d.n_classes, 0);
+    ck_assert_int_eq(d.n_empty_skipped, 1);
+    ac_rawdata_free(&d);
+
+    /* a named column for the CSV files; the plain-text file is unaffected */
+    ck_assert_msg(ac_rawdata_read_texts(&d, paths, 2, AC_TEXT_FORMAT_AUTO, "ID", &err) == 0,
+                  "%s", err.msg);
+    ck_assert_str_eq(ac_rawdata_text(&d, 1), "2");
+    ck_assert_str_eq(ac_rawdata_text(&d, 2), "line one");
+    ac_rawdata_free(&d);
+    /* every file as lines: the CSV header is a document too */
+    ck_assert_int_eq(ac_rawdata_read_texts(&d, paths + 2, 1, AC_TEXT_FORMAT_LINES, NULL, &err), 0);
+    ck_assert_int_eq(d.n_rows, 2);
+    ck_assert_str_eq(ac_rawdata_text(&d, 0), "body,review");
+    ac_rawdata_free(&d);
+
+    /* the second file is broken: its name and line, nothing returned */
+    write_bytes(pb, "fine\nbad\0line\n", 14);
+    memset(&d, 0xAB, sizeof d);
+    ck_assert_int_eq(ac_rawdata_read_texts(&d, paths, 3, AC_TEXT_FORMAT_AUTO, NULL, &err), -1);
+    char want_prefix[600];
+    snprintf(want_prefix, sizeof want_prefix, "%s:2: NUL byte", pb);
+    ck_assert_msg(strncmp(err.msg, want_prefix, strlen(want_prefix)) == 0, "%s", err.msg);
+    ck_assert(is_zeroed(&d));
+    ck_assert_int_eq(ac_rawdata_read_texts(&d, paths, 0, AC_TEXT_FORMAT_AUTO, NULL, &err), -1);
+    tmpdir_remove(&t);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ runner */
 
 static Suite *csv_suite(void)
@@ -820,6 +1005,14 @@ static Suite *csv_suite(void)
     tcase_add_test(tt, test_open_errors);
     tcase_add_test(tt, test_garbage_never_crashes);
     suite_add_tcase(s, tt);
+
+    TCase *tp = tcase_create("plain_text");
+    tcase_add_test(tp, test_lines_basic);
+    tcase_add_test(tp, test_lines_long_and_many);
+    tcase_add_test(tp, test_lines_errors);
+    tcase_add_test(tp, test_text_format_names);
+    tcase_add_test(tp, test_read_texts_concatenates);
+    suite_add_tcase(s, tp);
 
     TCase *ti = tcase_create("imdb");
     tcase_set_timeout(ti, 60);

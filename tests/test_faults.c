@@ -193,18 +193,25 @@ static int count_tmp_files(const char *dir)
 #define TRAIN_ARGS(dir)                                                                            \
     "train", TRAIN_CSV, "--out", dir, "--epochs", "6", "--patience", "100", "--seed", "11",        \
         "--d-model", "16", "--heads", "2", "--ff", "32", "--max-len", "48", "--batch-size", "16"
+/* The same for pretraining (an evaluation line about every epoch). */
+#define PRETRAIN_ARGS(dir)                                                                         \
+    "pretrain", TRAIN_CSV, "--out", dir, "--epochs", "6", "--eval-every", "30", "--seed", "11",    \
+        "--d-model", "16", "--heads", "2", "--ff", "32", "--max-len", "48", "--batch-size", "16"
 
 /* ------------------------------------------------------------------ tests */
 
 /* SIGINT or SIGTERM early, mid-run and late: exit 130/143 with a message
  * naming --resume, and the resumed run ends with the same bytes as a run
- * that was never interrupted. */
+ * that was never interrupted. _i = 0: train, 1: pretrain. */
 START_TEST(test_signal_then_resume_is_identical)
 {
-    char ref[1024];
-    work_dir(ref, sizeof ref, "reference");
-    const char *ref_args[] = {TRAIN_ARGS(ref), "--quiet", NULL};
-    run_result r = run(ref_args);
+    const char *command = _i ? "pretrain" : "train";
+    char ref[1024], ref_name[32];
+    snprintf(ref_name, sizeof ref_name, "reference-%s", command);
+    work_dir(ref, sizeof ref, ref_name);
+    const char *ref_train[] = {TRAIN_ARGS(ref), "--quiet", NULL};
+    const char *ref_pretrain[] = {PRETRAIN_ARGS(ref), "--quiet", NULL};
+    run_result r = run(_i ? ref_pretrain : ref_train);
     ck_assert_msg(r.status == 0, "reference run: %s", r.err);
     char ref_model[1100];
     snprintf(ref_model, sizeof ref_model, "%s/model.safetensors", ref);
@@ -217,13 +224,14 @@ START_TEST(test_signal_then_resume_is_identical)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char dir[1024], name[32];
-        snprintf(name, sizeof name, "signal-%zu", i);
+        snprintf(name, sizeof name, "signal-%s-%zu", command, i);
         work_dir(dir, sizeof dir, name);
         rmdir(dir); /* train creates it */
-        const char *args[] = {TRAIN_ARGS(dir), "--threads", cases[i].threads, NULL};
+        const char *train_args[] = {TRAIN_ARGS(dir), "--threads", cases[i].threads, NULL};
+        const char *pretrain_args[] = {PRETRAIN_ARGS(dir), "--threads", cases[i].threads, NULL};
         run_options o = {.signal = cases[i].sig, .delay_s = cases[i].delay,
                          .signal_after_line = cases[i].after_line};
-        r = run_opts(args, &o);
+        r = run_opts(_i ? pretrain_args : train_args, &o);
         ck_assert_msg(!r.signaled, "case %zu: killed by signal %d", i, r.status - 128);
         if (r.status == 0)
             continue; /* finished before the signal: nothing to check */
@@ -233,7 +241,7 @@ START_TEST(test_signal_then_resume_is_identical)
         if (strstr(r.err, "nothing was saved"))
             continue; /* stopped before training began: a fresh run is the way on */
         ck_assert_msg(strstr(r.err, "--resume"), "case %zu: %s", i, r.err);
-        const char *resume[] = {"train", "--resume", dir, "--quiet", NULL};
+        const char *resume[] = {command, "--resume", dir, "--quiet", NULL};
         run_result rr = run(resume);
         ck_assert_msg(rr.status == 0, "case %zu: resume: %s", i, rr.err);
         char model[1100];
@@ -391,7 +399,7 @@ int main(void)
     Suite *s = suite_create("faults");
     TCase *tc = tcase_create("faults");
     tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, test_signal_then_resume_is_identical);
+    tcase_add_loop_test(tc, test_signal_then_resume_is_identical, 0, 2); /* train, pretrain */
     tcase_add_test(tc, test_full_disk_keeps_previous_model);
     tcase_add_test(tc, test_unwritable_output);
     tcase_add_test(tc, test_out_of_memory_is_refused_up_front);

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "attnctl/io.h"
+#include "attnctl/mlm.h"
 #include "attnctl/model.h"
 #include "attnctl/nn.h"
 #include "attnctl/optim.h"
@@ -38,6 +39,9 @@ typedef struct {
     ac_model model;
     int B, T;
     int32_t *ids, *lengths, *labels;
+    /* a masked-LM fixture: the predicted flat positions and their ids */
+    int M;
+    int32_t *positions, *targets;
 } fixture;
 
 /* The metadata value of key, or NULL when the fixture has none. */
@@ -93,6 +97,7 @@ static int32_t *int_tensor(const ac_safetensors *st, const char *name, size_t nu
  * (checking that the fixture's parameter set is exactly the model's table). */
 static void fixture_load(fixture *fx, const char *file)
 {
+    memset(fx, 0, sizeof *fx);
     char path[256];
     snprintf(path, sizeof path, FIXTURE_DIR "%s", file);
     ac_err err;
@@ -106,7 +111,7 @@ static void fixture_load(fixture *fx, const char *file)
         .n_heads = meta_int(st, "heads"),
         .d_ff = meta_int(st, "ff"),
         .n_layers = meta_int(st, "n_layers"),
-        .n_classes = meta_int(st, "C"),
+        .n_classes = meta_find(st, "C") ? meta_int(st, "C") : 0,
         .dropout = 0.0f,
         .ln_eps = (float)atof(meta_get(st, "ln_eps")),
         .positions = AC_POS_SINUSOIDAL,
@@ -114,8 +119,11 @@ static void fixture_load(fixture *fx, const char *file)
         .ngram_buckets = 0,
         .temperature = 1.0f,
     };
-    ck_assert_int_eq(ac_pooling_parse(meta_get(st, "pooling"), &cfg.pooling), 0);
     const char *v;
+    if ((v = meta_find(st, "objective")) != NULL)
+        ck_assert_msg(ac_objective_parse(v, &cfg.objective) == 0, "%s: objective %s", file, v);
+    if (cfg.objective == AC_OBJECTIVE_CLASSIFICATION)
+        ck_assert_int_eq(ac_pooling_parse(meta_get(st, "pooling"), &cfg.pooling), 0);
     if ((v = meta_find(st, "positions")) != NULL)
         ck_assert_msg(ac_positions_parse(v, &cfg.positions) == 0, "%s: positions %s", file, v);
     if ((v = meta_find(st, "ngram_order")) != NULL)
@@ -155,7 +163,15 @@ static void fixture_load(fixture *fx, const char *file)
     fx->T = (int)ids->shape[1];
     fx->ids = int_tensor(st, "ids", (size_t)fx->B * fx->T);
     fx->lengths = int_tensor(st, "lengths", (size_t)fx->B);
-    fx->labels = int_tensor(st, "labels", (size_t)fx->B);
+    if (cfg.objective == AC_OBJECTIVE_MASKED_LM) {
+        const ac_st_tensor *pos = ac_st_find(st, "positions");
+        ck_assert_ptr_nonnull(pos);
+        fx->M = (int)pos->shape[0];
+        fx->positions = int_tensor(st, "positions", (size_t)fx->M);
+        fx->targets = int_tensor(st, "targets", (size_t)fx->M);
+    } else {
+        fx->labels = int_tensor(st, "labels", (size_t)fx->B);
+    }
     ck_assert_msg(ac_model_alloc_activations(m, fx->B, fx->T, &err) == 0, "%s", err.msg);
 }
 
@@ -166,6 +182,8 @@ static void fixture_free(fixture *fx)
     free(fx->ids);
     free(fx->lengths);
     free(fx->labels);
+    free(fx->positions);
+    free(fx->targets);
 }
 
 /* Gradient tensors are reported by kind, with the layer index taken out
@@ -187,12 +205,38 @@ typedef struct {
     double scale;       /* max |torch| of the tensor with the worst relative error */
 } grad_group;
 
+/* The training forward (train = 1 for label smoothing; dropout is 0, so
+ * nothing random happens) of a classifier, or of a masked LM with head h. */
+static float fixture_forward(fixture *fx, ac_mlm *h)
+{
+    if (h)
+        return ac_mlm_forward(&fx->model, h, fx->ids, fx->lengths, fx->B, fx->T, fx->positions,
+                              fx->targets, fx->M, 1, 0);
+    return ac_model_forward(&fx->model, fx->ids, fx->lengths, fx->labels, fx->B, fx->T, 1, 0);
+}
+
+static void fixture_backward(fixture *fx, ac_mlm *h)
+{
+    ac_model_zero_grad(&fx->model);
+    if (h)
+        ac_mlm_backward(&fx->model, h);
+    else
+        ac_model_backward(&fx->model);
+}
+
 static void check_fixture(const char *file)
 {
     fixture fx;
     fixture_load(&fx, file);
     ac_model *m = &fx.model;
     const int B = fx.B, T = fx.T, C = m->cfg.n_classes;
+    const int masked_lm = m->cfg.objective == AC_OBJECTIVE_MASKED_LM;
+    ac_mlm head, *h = NULL;
+    ac_err err;
+    if (masked_lm) {
+        ck_assert_msg(ac_mlm_alloc(&head, &m->cfg, B, T, 0.99, &err) == 0, "%s", err.msg);
+        h = &head;
+    }
 
     /* The fixture must exercise padding and a real batch. */
     int padded = 0;
@@ -200,22 +244,46 @@ static void check_fixture(const char *file)
         ck_assert(fx.lengths[b] >= 1 && fx.lengths[b] <= T);
         padded += fx.lengths[b] < T;
     }
-    ck_assert_msg(padded > 0 && B >= 2 && C >= 2, "%s: fixture without padding", file);
+    ck_assert_msg(padded > 0 && B >= 2 && (C >= 2 || (masked_lm && fx.M >= 2)),
+                  "%s: fixture without padding", file);
 
-    /* Forward: logits and the training loss (train = 1 for label smoothing;
-     * dropout is 0, so nothing random happens; maps kept as a backward follows). */
+    /* Forward: logits and the training loss (maps kept as a backward follows).
+     * The masked-LM head leaves probabilities where its logits were: the
+     * logits are recomputed from its hidden states, and the probabilities
+     * are compared with the softmax of PyTorch's logits. */
     m->keep_attention = 1;
-    float loss = ac_model_forward(m, fx.ids, fx.lengths, fx.labels, B, T, 1, 0);
-    const float *ref_logits = tensor_f32(&fx.st, "logits", (size_t)B * C, NULL);
+    float loss = fixture_forward(&fx, h);
+    const int n_rows = masked_lm ? fx.M : B, width = masked_lm ? m->cfg.vocab_size : C;
+    const size_t n_logits = (size_t)n_rows * width;
+    const float *ref_logits = tensor_f32(&fx.st, "logits", n_logits, NULL);
     const float *ref_loss = tensor_f32(&fx.st, "loss", 1, NULL);
-    double logit_diff = 0.0;
-    for (int i = 0; i < B * C; i++)
-        logit_diff = fmax(logit_diff, fabs((double)m->act.logits[i] - ref_logits[i]));
+    const float *logits = m->act.logits;
+    float *mlm_logits = NULL;
+    double logit_diff = 0.0, prob_diff = 0.0;
+    if (masked_lm) {
+        mlm_logits = malloc(n_logits * sizeof *mlm_logits);
+        ck_assert_ptr_nonnull(mlm_logits);
+        linear_forward(mlm_logits, h->hidden, m->p.embed_w, m->p.mlm_bias, fx.M, m->cfg.d_model,
+                       width);
+        logits = mlm_logits;
+        for (int r = 0; r < n_rows; r++) {
+            const float *z = ref_logits + (size_t)r * width;
+            double mx = z[0], sum = 0.0;
+            for (int v = 1; v < width; v++)
+                mx = fmax(mx, z[v]);
+            for (int v = 0; v < width; v++)
+                sum += exp(z[v] - mx);
+            for (int v = 0; v < width; v++)
+                prob_diff = fmax(prob_diff, fabs(h->logits[(size_t)r * width + v] -
+                                                 exp(z[v] - mx) / sum));
+        }
+    }
+    for (size_t i = 0; i < n_logits; i++)
+        logit_diff = fmax(logit_diff, fabs((double)logits[i] - ref_logits[i]));
     double loss_diff = fabs((double)loss - ref_loss[0]);
 
     /* Backward: every parameter gradient. */
-    ac_model_zero_grad(m);
-    ac_model_backward(m);
+    fixture_backward(&fx, h);
     grad_group groups[64];
     int n_groups = 0;
     double worst_rel = 0.0;
@@ -272,10 +340,9 @@ static void check_fixture(const char *file)
     double step_diff = 0.0;
     float step_losses[ADAMW_STEPS];
     for (int s = 0; s < ADAMW_STEPS; s++) {
-        step_losses[s] = ac_model_forward(m, fx.ids, fx.lengths, fx.labels, B, T, 1, 0);
+        step_losses[s] = fixture_forward(&fx, h);
         step_diff = fmax(step_diff, fabs((double)step_losses[s] - ref_losses[s]));
-        ac_model_zero_grad(m);
-        ac_model_backward(m);
+        fixture_backward(&fx, h);
         ac_adamw_step(m, m->params, m->grads, m1, m2, &oc, ac_lr_at(&oc, s), s + 1);
     }
     /* The steps must have moved the loss, or the comparison proves little. */
@@ -290,6 +357,9 @@ static void check_fixture(const char *file)
         printf("; positions %s, ngram_order %d, %d buckets (%d touched), label smoothing %g",
                ac_positions_name(m->cfg.positions), m->cfg.ngram_order, m->cfg.ngram_buckets,
                m->n_ngram_rows, (double)m->label_smoothing);
+    if (masked_lm)
+        printf("; masked LM, %d predicted positions, probabilities max|diff| %.3g", fx.M,
+               prob_diff);
     printf("; logits max|diff| %.3g, loss %.8f vs %.8f (|diff| %.3g), 5-step losses max|diff| %.3g\n",
            logit_diff, (double)loss, (double)ref_loss[0], loss_diff, step_diff);
     printf("  gradients: worst %s at %.3g of its max |g|\n", worst_name, worst_rel);
@@ -298,6 +368,7 @@ static void check_fixture(const char *file)
                groups[k].worst_abs, groups[k].worst_rel, groups[k].scale);
 
     ck_assert_msg(logit_diff <= LOGIT_TOL, "%s: logits differ by %.3g", file, logit_diff);
+    ck_assert_msg(prob_diff <= LOGIT_TOL, "%s: probabilities differ by %.3g", file, prob_diff);
     ck_assert_msg(loss_diff <= LOSS_TOL, "%s: loss %.8f vs %.8f", file, (double)loss,
                   (double)ref_loss[0]);
     for (int s = 0; s < ADAMW_STEPS; s++)
@@ -306,6 +377,9 @@ static void check_fixture(const char *file)
                       (double)step_losses[s], (double)ref_losses[s]);
     free(m1);
     free(m2);
+    free(mlm_logits);
+    if (h)
+        ac_mlm_free(h);
     fixture_free(&fx);
 }
 
@@ -324,6 +398,15 @@ END_TEST
 START_TEST(test_fixture_l2_d16_cls)
 {
     check_fixture("ref_l2_d16_cls.safetensors");
+}
+END_TEST
+
+/* The pretraining model: the same encoder (learned positions, bigrams in 11
+ * buckets, 2 layers) under the tied masked-LM head, on corrupted inputs
+ * (<mask>, replaced and kept words) at 8 positions of 3 padded items. */
+START_TEST(test_fixture_masked_lm)
+{
+    check_fixture("ref_mlm_l2_d16.safetensors");
 }
 END_TEST
 
@@ -618,6 +701,7 @@ static Suite *fixture_suite(void)
     tcase_add_test(tc, test_fixture_l2_d24_mean);
     tcase_add_test(tc, test_fixture_l2_d16_cls);
     tcase_add_test(tc, test_fixture_l1_d16_ngram);
+    tcase_add_test(tc, test_fixture_masked_lm);
     tcase_add_test(tc, test_ngram_fixture_features_matter);
     tcase_add_test(tc, test_fixture_detects_a_wrong_weight);
     tcase_add_test(tc, test_pytorch_reproduces_a_model_dir);

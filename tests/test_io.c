@@ -661,6 +661,78 @@ static void set_labels(ac_config *c, const char *const *labels, int n)
     c->n_labels = n;
 }
 
+/* objective masked_lm: n_classes 0 and labels [] (and only then); old
+ * files without the key are classifiers; the key takes only known names. */
+START_TEST(test_config_masked_lm)
+{
+    ac_config c;
+    ac_config_defaults(&c);
+    c.model.objective = AC_OBJECTIVE_MASKED_LM;
+    c.model.n_classes = 0;
+    c.training.mask_frac = 0.2;
+    snprintf(c.provenance.init_model, sizeof c.provenance.init_model, "%s", "models/x");
+    char *text = ac_config_to_json(&c);
+    ac_config d;
+    ac_config_defaults(&d);
+    ac_err err;
+    ck_assert_msg(ac_config_parse(&d, text, strlen(text), "m.json", 1, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(d.model.objective, AC_OBJECTIVE_MASKED_LM);
+    ck_assert_int_eq(d.model.n_classes, 0);
+    ck_assert_int_eq(d.n_labels, 0);
+    ck_assert(d.training.mask_frac == 0.2);
+    ck_assert_str_eq(d.provenance.init_model, "models/x");
+    char *again = ac_config_to_json(&d);
+    ck_assert_str_eq(text, again);
+    free(again);
+    ac_config_free(&d);
+    const struct {
+        const char *from, *to, *want;
+    } bad[] = {
+        {"\"n_classes\": 0", "\"n_classes\": 2",
+         "m.json: model.n_classes: must be 0 for a masked-LM model (got 2)"},
+        {"\"labels\": []", "\"labels\": [\"a\", \"b\"]",
+         "m.json: labels: a masked-LM model has none (got 2)"},
+        {"\"masked_lm\"", "\"classification\"",
+         "m.json: labels: must hold 2..1000 names (got 0)"},
+        {"\"masked_lm\"", "\"mlm\"",
+         "m.json: model.objective: must be one of \"classification\", \"masked_lm\" (got \"mlm\")"},
+        {"\"n_classes\": 0", "\"n_classes\": 1",
+         "m.json: model.n_classes: must be an integer in 2..1000 (0 for a masked-LM model) (got 1)"},
+        {"\"mask_frac\": 0.2", "\"mask_frac\": 1", "m.json: training.mask_frac: must be a number in (0, 1)"},
+        {"\"mask_frac\": 0.2", "\"mask_frac\": 0", "m.json: training.mask_frac: must be a number in (0, 1)"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *broken = replace_first(text, bad[i].from, bad[i].to);
+        ac_config e;
+        ac_config_defaults(&e);
+        ck_assert_int_eq(ac_config_parse(&e, broken, strlen(broken), "m.json", 1, &err), -1);
+        ck_assert_msg(strstr(err.msg, bad[i].want) != NULL, "expected \"%s\" in: %s", bad[i].want,
+                      err.msg);
+        ac_config_free(&e);
+        free(broken);
+    }
+    free(text);
+    /* a classifier without classes (a preset) */
+    const char *no_classes = "{\"model\": {\"n_classes\": 0}}";
+    ac_config_defaults(&d);
+    ck_assert_int_eq(ac_config_parse(&d, no_classes, strlen(no_classes), "p.json", 0, &err), -1);
+    ck_assert_msg(strstr(err.msg, "p.json: model.n_classes: must be an integer in 2..1000 for a "
+                                  "classifier (got 0)"),
+                  "%s", err.msg);
+    /* a classifier with an empty label list */
+    ac_config_defaults(&c);
+    set_labels(&c, TWO_LABELS, 2);
+    text = ac_config_to_json(&c);
+    char *empty = replace_first(text, "[\"negative\", \"positive\"]", "[]");
+    ac_config_defaults(&d);
+    ck_assert_int_eq(ac_config_parse(&d, empty, strlen(empty), "c.json", 1, &err), -1);
+    ck_assert_msg(strstr(err.msg, "c.json: labels: must hold 2..1000 names (got 0)"), "%s", err.msg);
+    free(empty);
+    free(text);
+    ac_config_free(&c);
+}
+END_TEST
+
 START_TEST(test_config_round_trip)
 {
     ac_config c;
@@ -756,8 +828,10 @@ START_TEST(test_config_presets)
         const cJSON *want = cJSON_GetObjectItemCaseSensitive(all, sections[k]);
         const cJSON *have = cJSON_GetObjectItemCaseSensitive(root, sections[k]);
         for (const cJSON *key = want->child; key; key = key->next) {
-            /* known only after reading the data, or the hashing constant */
+            /* known only after reading the data, or the hashing constant; the
+             * objective is the command's (train or pretrain), not the recipe's */
             if (!strcmp(key->string, "n_classes") || !strcmp(key->string, "ngram_hash") ||
+                !strcmp(key->string, "objective") ||
                 !strcmp(key->string, "temperature") || !strcmp(key->string, "seed"))
                 continue;
             ck_assert_msg(cJSON_GetObjectItemCaseSensitive(have, key->string) != NULL,
@@ -990,6 +1064,8 @@ START_TEST(test_config_of_version_0_1_loads)
         "    \"ngram_buckets\": 262144,\n", "    \"temperature\": 1\n",
         "    \"crop_frac\": 0.5,\n", "    \"crop_min\": 1,\n", "    \"crop_max\": 64,\n",
         "    \"label_smoothing\": 0,\n", "    \"token_dropout\": 0,\n", "    \"ema\": 0\n",
+        "    \"objective\": \"classification\",\n", "    \"mask_frac\": 0.15,\n",
+        "    \"init_model\": \"\",\n",
     };
     for (size_t i = 0; i < sizeof added / sizeof added[0]; i++) {
         char *cut = replace_first(text, added[i], "");
@@ -1018,6 +1094,12 @@ START_TEST(test_config_of_version_0_1_loads)
     ck_assert(d.training.label_smoothing == 0.0f);
     ck_assert(d.training.token_dropout == 0.0f);
     ck_assert(d.training.ema == 0.0f);
+    ck_assert_int_eq(d.model.objective, AC_OBJECTIVE_CLASSIFICATION);
+    ck_assert(d.training.mask_frac == 0.15);
+    ck_assert_str_eq(d.provenance.init_model, "");
+    ck_assert_ptr_null(strstr(text, "objective"));
+    ck_assert_ptr_null(strstr(text, "mask_frac"));
+    ck_assert_ptr_null(strstr(text, "init_model"));
     /* a key of 0.1 is still required */
     char *no_dff = replace_first(text, "    \"d_ff\": 256,\n", "");
     ck_assert_int_eq(ac_config_parse(&d, no_dff, strlen(no_dff), "old.json", 1, &err), -1);
@@ -1303,6 +1385,84 @@ START_TEST(test_modeldir_round_trip)
     } else {
         printf("SKIP test_modeldir_round_trip python check: python3 not found\n");
     }
+    small_model_free(&s);
+    tmpdir_remove(&d);
+}
+END_TEST
+
+/* A pretrained (masked-LM) model: objective masked_lm, no classes, no
+ * labels, mlm.bias in place of head.*, a vocabulary with <mask>; it saves
+ * and loads like a classifier, and the files say what it is. */
+START_TEST(test_modeldir_masked_lm)
+{
+    tmpdir d;
+    tmpdir_make(&d);
+    char vpath[400], dir[300];
+    join(vpath, sizeof vpath, d.path, "vocab-src.txt");
+    FILE *f = fopen(vpath, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("<pad>\n<unk>\n<mask>\n", f);
+    for (int i = 3; i < SMALL_V; i++)
+        fprintf(f, "w%d\n", i);
+    ck_assert_int_eq(fclose(f), 0);
+    small_model s;
+    ac_err err;
+    ac_config_defaults(&s.cfg);
+    s.cfg.model.vocab_size = SMALL_V;
+    s.cfg.model.max_len = 8;
+    s.cfg.model.d_model = SMALL_D;
+    s.cfg.model.n_heads = 2;
+    s.cfg.model.d_ff = SMALL_FF;
+    s.cfg.model.n_layers = SMALL_LAYERS;
+    s.cfg.model.objective = AC_OBJECTIVE_MASKED_LM;
+    s.cfg.model.n_classes = 0;
+    s.cfg.model.ngram_buckets = 16;
+    ck_assert_msg(ac_vocab_load(&s.vocab, vpath, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(s.vocab.mask_id, 2);
+    ck_assert_msg(ac_model_create(&s.model, &s.cfg.model, &err) == 0, "%s", err.msg);
+    ck_assert_int_lt(ac_model_find_tensor(&s.model, "head.weight"), 0);
+    int bias = ac_model_find_tensor(&s.model, "mlm.bias");
+    ck_assert_int_ge(bias, 0);
+    ck_assert_int_eq(s.model.table[bias].shape[0], SMALL_V);
+    ac_model_init_weights(&s.model, 3);
+    for (size_t i = 0; i < s.model.n_params; i++)
+        s.model.params[i] += 0.001f * (float)(i % 97);
+    join(dir, sizeof dir, d.path, "mlm");
+    save_small(&s, dir);
+    ac_model_dir md;
+    ck_assert_msg(ac_model_dir_load(&md, dir, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(md.config.model.objective, AC_OBJECTIVE_MASKED_LM);
+    ck_assert_int_eq(md.config.n_labels, 0);
+    ck_assert_int_eq(md.vocab.mask_id, 2);
+    ck_assert_uint_eq(md.model.n_params, s.model.n_params);
+    ck_assert(memcmp(md.model.params, s.model.params, s.model.n_params * sizeof(float)) == 0);
+    ac_model_dir_free(&md);
+    char cpath[400];
+    join(cpath, sizeof cpath, dir, "config.json");
+    size_t len;
+    char *text = (char *)slurp(cpath, &len);
+    ck_assert_ptr_nonnull(strstr(text, "\"objective\": \"masked_lm\""));
+    ck_assert_ptr_nonnull(strstr(text, "\"n_classes\": 0"));
+    ck_assert_ptr_nonnull(strstr(text, "\"labels\": []"));
+    free(text);
+    if (have_python3()) {
+        char cmd[700];
+        snprintf(cmd, sizeof cmd,
+                 "python3 tests/check_safetensors.py %s/model.safetensors shape:mlm.bias=%d "
+                 "shape:embed.weight=%dx%d >/dev/null",
+                 dir, SMALL_V, SMALL_V, SMALL_D);
+        ck_assert_int_eq(system(cmd), 0);
+    }
+    /* a classifier config over the same files: the tensors do not fit */
+    ac_config cls;
+    ac_config_defaults(&cls);
+    cls.model = s.cfg.model;
+    cls.model.objective = AC_OBJECTIVE_CLASSIFICATION;
+    cls.model.n_classes = 2;
+    set_labels(&cls, TWO_LABELS, 2);
+    ck_assert_int_eq(ac_model_dir_save(dir, &cls, &s.vocab, &s.model, NULL, NULL, NULL, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "config model section differs"));
+    ac_config_free(&cls);
     small_model_free(&s);
     tmpdir_remove(&d);
 }
@@ -1703,6 +1863,7 @@ static Suite *io_suite(void)
     tcase_add_loop_test(tcfg, test_config_errors, 0,
                         (int)(sizeof CONFIG_CASES / sizeof CONFIG_CASES[0]));
     tcase_add_test(tcfg, test_config_missing_keys);
+    tcase_add_test(tcfg, test_config_masked_lm);
     tcase_add_test(tcfg, test_config_of_version_0_1_loads);
     tcase_add_test(tcfg, test_config_float_rounding);
     tcase_add_test(tcfg, test_config_seed_near_2_53);
@@ -1712,6 +1873,7 @@ static Suite *io_suite(void)
     TCase *tm = tcase_create("modeldir");
     tcase_add_test(tm, test_modeldir_round_trip);
     tcase_add_test(tm, test_modeldir_resume);
+    tcase_add_test(tm, test_modeldir_masked_lm);
     tcase_add_loop_test(tm, test_modeldir_load_errors, 0, (int)(sizeof DIR_CASES / sizeof DIR_CASES[0]));
     tcase_add_loop_test(tm, test_modeldir_corrupt_weights, 0,
                         (int)(sizeof REAL_CASES / sizeof REAL_CASES[0]));

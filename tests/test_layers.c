@@ -1158,9 +1158,132 @@ START_TEST(test_crossentropy_stable_for_huge_logits)
 }
 END_TEST
 
+/* ------------------------------------------- masked-LM head: gather, big softmax */
+
+typedef struct {
+    float *in, *out, *r;
+    const int32_t *rows;
+    int M, d;
+} gather_ctx;
+
+static double gather_loss(void *p)
+{
+    gather_ctx *c = p;
+    gather_rows_forward(c->out, c->in, c->rows, c->M, c->d);
+    return gc_dot(c->out, c->r, (size_t)c->M * c->d);
+}
+
+/* Rows may repeat (their gradients add) and rows never gathered get exactly 0. */
+START_TEST(test_gather_rows_gradient)
+{
+    enum { N = 7, D = 5, M = 4 };
+    const int32_t rows[M] = {3, 0, 6, 3};
+    float *in = vec(N * D), *out = vec(M * D), *r = vec(M * D), *din = vec(N * D);
+    fill_uniform(in, N * D, 71, -1, 1);
+    fill_uniform(r, M * D, 72, -1, 1);
+    gather_ctx c = {in, out, r, rows, M, D};
+    gather_loss(&c);
+    for (int i = 0; i < M; i++)
+        ck_assert(memcmp(out + i * D, in + rows[i] * D, D * sizeof(float)) == 0);
+    gather_rows_backward(din, r, rows, M, D);
+    check_grad("gather rows", "din", in, din, N * D, gather_loss, &c);
+    for (int k = 0; k < D; k++) {
+        ck_assert(din[1 * D + k] == 0.0f && din[2 * D + k] == 0.0f);
+        ck_assert_float_eq(din[3 * D + k], r[0 * D + k] + r[3 * D + k]);
+    }
+    float *once = copy_of(din, N * D);
+    gather_rows_backward(din, r, rows, M, D);
+    check_doubled("gather din", din, once, N * D);
+    gather_rows_backward(NULL, r, rows, M, D);
+    free(in); free(out); free(r); free(din); free(once);
+}
+END_TEST
+
+typedef struct {
+    const float *logits;
+    float *work, *losses;
+    const int32_t *targets;
+    int M, V;
+} xent_ctx;
+
+/* The in-place forward works on a copy, so the perturbed logits survive. */
+static double xent_inplace_loss(void *p)
+{
+    xent_ctx *c = p;
+    memcpy(c->work, c->logits, (size_t)c->M * c->V * sizeof(float));
+    softmax_xent_inplace_forward(c->work, c->losses, NULL, c->targets, c->M, c->V);
+    double s = 0.0;
+    for (int i = 0; i < c->M; i++)
+        s += c->losses[i];
+    return s / c->M;
+}
+
+/* The vocabulary-sized softmax cross-entropy: values and argmax against
+ * double (a V that fills whole vectors, one that does not, a tiny one, and
+ * logits of +-1000), the in-place gradient by finite differences and against
+ * crossentropy_backward. */
+START_TEST(test_softmax_xent_inplace)
+{
+    enum { M = 4 };
+    const int sizes[] = {37, 48, 3};
+    const int32_t targets[M] = {0, 2, 1, 2};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        const int V = sizes[k];
+        size_t n = (size_t)M * V;
+        float *logits = vec(n), *work = vec(n), *losses = vec(M), *ref = vec(n), *probs = vec(n);
+        float *ref_losses = vec(M);
+        int32_t predicted[M];
+        fill_uniform(logits, n, 900 + (uint64_t)V, -4, 4);
+        logits[1 * V + 1] = 1000.0f; /* row 1: huge, the argmax */
+        logits[1 * V + 0] = -1000.0f;
+        logits[2 * V + V - 1] = 9.0f; /* row 2: a tie at the top, the first wins */
+        logits[2 * V + 1] = 9.0f;
+        memcpy(work, logits, n * sizeof(float));
+        float mean = softmax_xent_inplace_forward(work, losses, predicted, targets, M, V);
+        double total = 0.0;
+        for (int i = 0; i < M; i++) {
+            double ref_p[64];
+            double want = ref_nll(ref_p, logits + (size_t)i * V, targets[i], V);
+            total += want;
+            ck_assert_msg(fabs(losses[i] - want) <= 1e-6 + 2e-6 * want,
+                          "V %d: loss[%d] = %.9g, want %.9g", V, i, (double)losses[i], want);
+            int best = 0;
+            for (int c = 1; c < V; c++)
+                best = logits[(size_t)i * V + c] > logits[(size_t)i * V + best] ? c : best;
+            ck_assert_int_eq(predicted[i], best);
+            for (int c = 0; c < V; c++)
+                ck_assert_msg(fabs(work[(size_t)i * V + c] - ref_p[c]) <= 1e-6,
+                              "V %d: p[%d][%d] = %g, want %g", V, i, c,
+                              (double)work[(size_t)i * V + c], ref_p[c]);
+        }
+        ck_assert_int_eq(predicted[1], 1);
+        ck_assert_int_eq(predicted[2], 1);
+        ck_assert_double_eq_tol(mean, total / M, 1e-6 * total / M);
+
+        /* gradient: finite differences (away from the +-1000 rows' saturation) */
+        fill_uniform(logits, n, 950 + (uint64_t)V, -3, 3);
+        memcpy(work, logits, n * sizeof(float));
+        softmax_xent_inplace_forward(work, losses, NULL, targets, M, V);
+        crossentropy_forward(ref_losses, probs, logits, targets, M, V, 0.0f);
+        crossentropy_backward(ref, probs, targets, M, V, 0.0f);
+        softmax_xent_inplace_backward(work, targets, M, V);
+        for (size_t i = 0; i < n; i++)
+            ck_assert_msg(fabs(work[i] - ref[i]) <= 1e-7, "V %d: dlogits[%zu] %g vs %g", V, i,
+                          (double)work[i], (double)ref[i]);
+        float *analytic = copy_of(work, n);
+        xent_ctx c = {logits, work, losses, targets, M, V};
+        char name[32];
+        snprintf(name, sizeof name, "xent V=%d", V);
+        check_grad(name, "dlogits", logits, analytic, n, xent_inplace_loss, &c);
+        free(logits); free(work); free(losses); free(ref); free(probs); free(ref_losses);
+        free(analytic);
+    }
+}
+END_TEST
+
 /* ------------------------------------------------------------ thread determinism */
 
-enum { DB = 4, DT = 64, DD = 32, DH = 4, DOUT = 48, DV = 50, DET_BUFS = 24 };
+enum { DB = 4, DT = 64, DD = 32, DH = 4, DOUT = 48, DV = 50, DET_BUFS = 32 };
 static const int32_t det_lengths[DB] = {64, 50, 17, 1};
 
 typedef struct {
@@ -1241,6 +1364,23 @@ static void det_run_layers(det_run *run, int threads)
                  AC_POOL_MEAN);
     pool_backward(det_add(run, "pool max din", n), g, argmax, det_lengths, DB, DT, DD, AC_POOL_MAX);
 
+    int32_t *rows = malloc((size_t)N * sizeof(int32_t)), *predicted = malloc((size_t)N * 4);
+    ck_assert(rows && predicted);
+    for (int i = 0; i < N; i++)
+        rows[i] = (int32_t)ac_rng_below(1113, (uint64_t)i, (uint64_t)N);
+    gather_rows_forward(det_add(run, "gather out", n), x, rows, N, DD);
+    gather_rows_backward(det_add(run, "gather din", n), g, rows, N, DD);
+    float *xent = det_add(run, "xent probs", n_lin);
+    memcpy(xent, g_lin, n_lin * sizeof(float));
+    for (int i = 0; i < N; i++)
+        rows[i] %= DOUT; /* targets */
+    float *xent_loss = det_add(run, "xent loss", 1);
+    xent_loss[0] = softmax_xent_inplace_forward(xent, det_add(run, "xent losses", N), predicted,
+                                                rows, N, DOUT);
+    softmax_xent_inplace_backward(xent, rows, N, DOUT);
+    free(rows);
+    free(predicted);
+
     free(x); free(q); free(k); free(v); free(g); free(g_lin); free(wte); free(pos); free(w);
     free(bias); free(lnw); free(lnb); free(scratch); free(ids); free(argmax);
 }
@@ -1298,6 +1438,8 @@ int main(void)
     tcase_add_test(tc, test_ngram_hash_by_hand);
     tcase_add_test(tc, test_positions_and_ngram_gradient);
     tcase_add_test(tc, test_crossentropy_gradient_c5);
+    tcase_add_test(tc, test_gather_rows_gradient);
+    tcase_add_test(tc, test_softmax_xent_inplace);
     tcase_add_test(tc, test_crossentropy_stable_for_huge_logits);
     tcase_add_test(tc, test_thread_count_does_not_change_results);
     suite_add_tcase(s, tc);

@@ -477,6 +477,25 @@ START_TEST(test_vocab_training_rows_only)
 }
 END_TEST
 
+/* v written as vocab.txt and loaded back into *back: same tokens, same ids. */
+static void vocab_round_trip(const ac_vocab *v, ac_vocab *back)
+{
+    ac_err err = {{0}};
+    char path[64];
+    write_temp(path, sizeof path, "", 0);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(ac_vocab_write(v, f, &err), 0);
+    ck_assert_int_eq(fclose(f), 0);
+    ck_assert_msg(ac_vocab_load(back, path, &err) == 0, "%s", err.msg);
+    unlink(path);
+    ck_assert_int_eq(back->size, v->size);
+    for (int32_t i = 0; i < v->size; i++) {
+        ck_assert_str_eq(back->tokens[i], v->tokens[i]);
+        ck_assert_int_eq(ac_vocab_lookup(back, v->tokens[i], strlen(v->tokens[i])), i);
+    }
+}
+
 START_TEST(test_vocab_write_load_roundtrip)
 {
     const char *texts[] = {"Zebra caf\xC3\xA9 \xE6\x97\xA5 don't!", "zebra zebra !"};
@@ -488,23 +507,70 @@ START_TEST(test_vocab_write_load_roundtrip)
         ac_vocab v, back;
         ac_err err = {{0}};
         ck_assert_int_eq(ac_vocab_build(&v, &d, NULL, 2, &cfg, 1000, 1, with_cls, &err), 0);
-        char path[64];
-        write_temp(path, sizeof path, "", 0);
-        FILE *f = fopen(path, "w");
-        ck_assert_ptr_nonnull(f);
-        ck_assert_int_eq(ac_vocab_write(&v, f, &err), 0);
-        ck_assert_int_eq(fclose(f), 0);
-        ck_assert_msg(ac_vocab_load(&back, path, &err) == 0, "%s", err.msg);
-        unlink(path);
-        ck_assert_int_eq(back.size, v.size);
+        vocab_round_trip(&v, &back);
         ck_assert_int_eq(back.with_cls, with_cls);
-        for (int32_t i = 0; i < v.size; i++) {
-            ck_assert_str_eq(back.tokens[i], v.tokens[i]);
-            ck_assert_int_eq(ac_vocab_lookup(&back, v.tokens[i], strlen(v.tokens[i])), i);
-        }
         ac_vocab_free(&v);
         ac_vocab_free(&back);
     }
+    raw_free(&d);
+}
+END_TEST
+
+/* <mask> (masked-LM pretraining) comes right after the other specials, with
+ * or without <cls>; it survives vocab.txt; texts never map to it; a
+ * vocabulary without it (attnctl 0.1, or a classifier) says mask_id -1. */
+START_TEST(test_vocab_mask_token)
+{
+    const char *texts[] = {"a b <mask> a", "<cls> b a"};
+    ac_rawdata d;
+    raw_make(&d, texts, NULL, 2);
+    ac_tokenizer_config cfg;
+    ac_tokenizer_config_defaults(&cfg);
+    for (int with_cls = 0; with_cls <= 1; with_cls++) {
+        ac_vocab v, back;
+        ac_err err = {{0}};
+        int specials = AC_VOCAB_WITH_MASK | (with_cls ? AC_VOCAB_WITH_CLS : 0);
+        ck_assert_msg(ac_vocab_build(&v, &d, NULL, 2, &cfg, 100, 1, specials, &err) == 0, "%s",
+                      err.msg);
+        ck_assert_int_eq(v.with_cls, with_cls);
+        ck_assert_int_eq(v.mask_id, 2 + with_cls);
+        ck_assert_int_eq(ac_vocab_n_specials(&v), 3 + with_cls);
+        ck_assert_str_eq(v.tokens[v.mask_id], "<mask>");
+        if (with_cls)
+            ck_assert_str_eq(v.tokens[AC_CLS_ID], "<cls>");
+        /* the words follow; "<", ">" and "mask" are tokens of the text, never <mask> */
+        ck_assert_str_eq(v.tokens[3 + with_cls], "a");
+        ac_tokenizer *tok;
+        ck_assert_int_eq(ac_tokenizer_create(&tok, &cfg, &err), 0);
+        int32_t ids[8];
+        int full = 0;
+        int n = ac_encode_text(tok, &cfg, &v, "<mask>", 6, 8, ids, &full);
+        ac_tokenizer_free(tok);
+        for (int i = 0; i < n; i++)
+            ck_assert_int_ne(ids[i], v.mask_id);
+        /* room for the specials only */
+        ac_vocab small;
+        ck_assert_int_eq(ac_vocab_build(&small, &d, NULL, 2, &cfg, 2 + with_cls, 1, specials,
+                                        &err),
+                         -1);
+        ck_assert_ptr_nonnull(strstr(err.msg, "too small"));
+
+        vocab_round_trip(&v, &back);
+        ck_assert_int_eq(back.mask_id, v.mask_id);
+        ck_assert_int_eq(back.with_cls, with_cls);
+        ck_assert_int_eq(ac_vocab_lookup(&back, "<mask>", 6), v.mask_id);
+        ac_vocab_free(&v);
+        ac_vocab_free(&back);
+        /* without the flag there is none */
+        ck_assert_int_eq(ac_vocab_build(&v, &d, NULL, 2, &cfg, 100, 1, with_cls, &err), 0);
+        ck_assert_int_eq(v.mask_id, -1);
+        ck_assert_int_eq(ac_vocab_n_specials(&v), 2 + with_cls);
+        ac_vocab_free(&v);
+    }
+    ac_vocab v;
+    vocab_from_text(&v, "<pad>\n<unk>\nfoo\n");
+    ck_assert_int_eq(v.mask_id, -1);
+    ac_vocab_free(&v);
     raw_free(&d);
 }
 END_TEST
@@ -541,6 +607,10 @@ static const struct {
     {"<pad>\n<unk>\nfoo\ncaf\xC3\n", ":4: token is not valid UTF-8"},
     {"<pad>\n<unk>\n\xED\xA0\x80\n", ":3: token is not valid UTF-8"},
     {"<pad>\n<unk>\nfoo\n<cls>\n", ":4: \"<cls>\" may only be line 3"},
+    {"<pad>\n<unk>\nfoo\n<mask>\n", ":4: \"<mask>\" may only follow <unk> (line 3) or <cls>"},
+    {"<pad>\n<unk>\n<cls>\nfoo\n<mask>\n", ":5: \"<mask>\" may only follow"},
+    {"<pad>\n<unk>\n<mask>\n<cls>\n", ":4: \"<cls>\" may only be line 3"},
+    {"<pad>\n<unk>\n<mask>\n<mask>\n", ":4: \"<mask>\" may only follow"},
 };
 
 START_TEST(test_vocab_load_errors)
@@ -1432,6 +1502,7 @@ int main(void)
     tcase_add_test(voc, test_vocab_training_rows_only);
     tcase_add_test(voc, test_vocab_write_load_roundtrip);
     tcase_add_test(voc, test_vocab_load_lenient);
+    tcase_add_test(voc, test_vocab_mask_token);
     tcase_add_loop_test(voc, test_vocab_load_errors, 0, (int)(sizeof BAD_VOCABS / sizeof BAD_VOCABS[0]));
     tcase_add_test(voc, test_vocab_load_nul_and_missing);
     tcase_add_test(voc, test_vocab_load_control_chars);

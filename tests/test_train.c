@@ -104,11 +104,24 @@ static void watch(const ac_train_progress *p, void *user)
     }
 }
 
-/* One call of ac_train; returns its rc and fills *res and *w. */
-static int train_once(const ac_config *cfg, const ac_rawdata *train, const ac_rawdata *val,
-                      const char *dir, int resume, long max_steps, long stop_at, watcher *w,
-                      ac_train_result *res, ac_err *err)
+/* What a run is besides its data and directory: the objective, the text
+ * files of a pretraining run, the pretrained model a classifier starts from. */
+typedef struct {
+    ac_objective objective;
+    const char *const *text_paths;
+    int n_text_paths;
+    const char *init_dir;
+} run_kind;
+
+/* One call of ac_train; returns its rc and fills *res and *w. kind may be
+ * NULL: a classifier. */
+static int train_once_as(const run_kind *kind, const ac_config *cfg, const ac_rawdata *train,
+                         const ac_rawdata *val, const char *dir, int resume, long max_steps,
+                         long stop_at, watcher *w, ac_train_result *res, ac_err *err)
 {
+    static const run_kind classifier = {0};
+    if (!kind)
+        kind = &classifier;
     memset(w, 0, sizeof *w);
     w->stop_at_step = stop_at;
     ac_train_options o = {
@@ -121,8 +134,19 @@ static int train_once(const ac_config *cfg, const ac_rawdata *train, const ac_ra
         .stop = &w->stop,
         .progress = watch,
         .progress_user = w,
+        .objective = kind->objective,
+        .text_paths = kind->text_paths,
+        .n_text_paths = kind->n_text_paths,
+        .init_dir = kind->init_dir,
     };
     return ac_train(&o, res, err);
+}
+
+static int train_once(const ac_config *cfg, const ac_rawdata *train, const ac_rawdata *val,
+                      const char *dir, int resume, long max_steps, long stop_at, watcher *w,
+                      ac_train_result *res, ac_err *err)
+{
+    return train_once_as(NULL, cfg, train, val, dir, resume, max_steps, stop_at, w, res, err);
 }
 
 static void train_ok(const ac_config *cfg, const ac_rawdata *train, const char *dir, int resume,
@@ -179,7 +203,7 @@ static void assert_same_weights(const char *dir_a, const char *dir_b, int with_m
 typedef struct {
     int n;
     long step[256];
-    double val_accuracy[256];
+    double val_accuracy[256], val_loss[256];
 } metrics_log;
 
 /* Parses DIR/metrics.jsonl, asserting that every line is a complete record. */
@@ -208,6 +232,8 @@ static void read_metrics(const char *dir, metrics_log *log)
         ck_assert_int_lt(log->n, 256);
         log->step[log->n] = (long)step->valuedouble;
         log->val_accuracy[log->n] = cJSON_IsNumber(acc) ? acc->valuedouble : NAN;
+        cJSON *vloss = cJSON_GetObjectItemCaseSensitive(obj, "val_loss");
+        log->val_loss[log->n] = cJSON_IsNumber(vloss) ? vloss->valuedouble : NAN;
         if (log->n > 0)
             ck_assert_int_gt(log->step[log->n], log->step[log->n - 1]);
         log->n++;
@@ -834,6 +860,559 @@ START_TEST(test_cli_end_to_end)
 }
 END_TEST
 
+/* ------------------------------------------------------------- pretraining */
+
+#define SAMPLE_CSV "data/sample_train.csv"
+
+/* A small pretraining setup: the sample reviews (CSV) and a plain-text file
+ * of a few documents, one of them holding the word "zyzzyva" once. */
+typedef struct {
+    char *dir;       /* scratch directory */
+    char *lines;     /* its plain-text file */
+    const char *paths[2];
+    ac_rawdata raw;
+    run_kind kind;
+    ac_config cfg;
+} pretrain_setup;
+
+static void pretrain_setup_make(pretrain_setup *p)
+{
+    p->dir = make_temp_dir();
+    p->lines = join(p->dir, "extra.txt");
+    FILE *f = fopen(p->lines, "w");
+    ck_assert_ptr_nonnull(f);
+    for (int i = 0; i < 30; i++)
+        fprintf(f, "line %d of the plain text file , the film was %s .\n", i,
+                i == 17 ? "zyzzyva" : i % 2 ? "good" : "bad");
+    ck_assert_int_eq(fclose(f), 0);
+    p->paths[0] = SAMPLE_CSV;
+    p->paths[1] = p->lines;
+    ac_err err = {{0}};
+    ck_assert_msg(ac_rawdata_read_texts(&p->raw, p->paths, 2, AC_TEXT_FORMAT_AUTO, NULL, &err) ==
+                      0,
+                  "%s", err.msg);
+    ck_assert_int_eq(p->raw.n_rows, 630);
+    p->kind = (run_kind){.objective = AC_OBJECTIVE_MASKED_LM, .text_paths = p->paths,
+                         .n_text_paths = 2};
+    tiny_config(&p->cfg);
+    p->cfg.model.max_len = 32;
+    p->cfg.training.batch_size = 16;
+    p->cfg.training.epochs = 2;
+    p->cfg.training.eval_every = 10;
+    p->cfg.training.val_split = 0.1;
+    p->cfg.training.crop_frac = 0.0;
+    p->cfg.training.token_dropout = 0.0f;
+    p->cfg.training.vocab_max = 300;
+}
+
+static void pretrain_setup_free(pretrain_setup *p)
+{
+    ac_rawdata_free(&p->raw);
+    ac_config_free(&p->cfg);
+    rm_rf(p->dir);
+    free(p->lines);
+    free(p->dir);
+}
+
+static void pretrain_ok(pretrain_setup *p, const char *dir, int resume, long max_steps,
+                        long stop_at, ac_train_result *res)
+{
+    watcher w;
+    ac_err err = {{0}};
+    int rc = train_once_as(&p->kind, &p->cfg, &p->raw, NULL, dir, resume, max_steps, stop_at, &w,
+                           res, &err);
+    ck_assert_msg(rc == 0, "pretraining into %s (resume %d): %s", dir, resume, err.msg);
+}
+
+/* A pretraining run writes a masked-LM model: <mask> in a vocabulary built
+ * from all the text (held-out rows and the plain-text file included), the
+ * tied head's bias, masked-token figures that improve, its curves, and the
+ * text files with their SHA-256 for --resume. */
+START_TEST(test_pretrain_end_to_end)
+{
+    pretrain_setup p;
+    pretrain_setup_make(&p);
+    char *out = join(p.dir, "mlm");
+    ac_train_result r;
+    pretrain_ok(&p, out, 0, 0, 0, &r);
+    ck_assert_int_eq(r.status, AC_TRAIN_FINISHED);
+    ck_assert(r.best_val_accuracy > 0.0 && r.best_val_accuracy <= 1.0);
+
+    ac_model_dir md;
+    load_dir(&md, out);
+    ck_assert_int_eq(md.config.model.objective, AC_OBJECTIVE_MASKED_LM);
+    ck_assert_int_eq(md.config.model.n_classes, 0);
+    ck_assert_int_eq(md.config.n_labels, 0);
+    ck_assert_int_eq(md.vocab.mask_id, 2);
+    ck_assert_int_gt(ac_vocab_lookup(&md.vocab, "zyzzyva", 7), 2);
+    ck_assert_int_ge(ac_model_find_tensor(&md.model, "mlm.bias"), 0);
+    ck_assert_int_lt(ac_model_find_tensor(&md.model, "head.weight"), 0);
+    ck_assert(md.config.training.crop_frac == 0.0);
+    ck_assert_ptr_nonnull(strstr(md.config.provenance.train_file, SAMPLE_CSV " + "));
+    ck_assert_str_eq(md.config.provenance.train_sha256, ""); /* two files: see run.json */
+    ac_model_dir_free(&md);
+
+    metrics_log log;
+    read_metrics(out, &log);
+    ck_assert_int_eq(log.n, 8); /* 567 texts / 16 x 2 epochs = 72 steps: every 10 and the last */
+    printf("pretraining the sample: held-out masked-token loss %.3f -> %.3f, accuracy %.3f -> "
+           "%.3f\n",
+           log.val_loss[0], log.val_loss[log.n - 1], log.val_accuracy[0],
+           log.val_accuracy[log.n - 1]);
+    /* 72 steps of a d-16 model: the loss falls clearly; the accuracy is still
+     * about that of the most frequent words, so it is only checked for range. */
+    ck_assert(log.val_loss[log.n - 1] < 0.95 * log.val_loss[0]);
+    for (int i = 0; i < log.n; i++)
+        ck_assert(log.val_accuracy[i] > 0.0 && log.val_accuracy[i] < 1.0);
+
+    char *svg_path = join(out, AC_CURVES_FILE), *cal = join(out, AC_CALIBRATION_FILE);
+    char *svg = read_text(svg_path);
+    ck_assert_ptr_nonnull(strstr(svg, "Pretraining (masked LM)"));
+    ck_assert_ptr_nonnull(strstr(svg, "masked-token accuracy"));
+    ck_assert_msg(access(cal, F_OK) != 0, "a pretraining run has no calibration diagram");
+    char *run_path = join(out, AC_CHECKPOINT_SUBDIR "/" AC_RUN_FILE);
+    char *run = read_text(run_path);
+    for (int i = 0; i < 2; i++) {
+        char sha[65];
+        ac_err err = {{0}};
+        ck_assert_int_eq(ac_sha256_file(p.paths[i], sha, &err), 0);
+        ck_assert_msg(strstr(run, sha) != NULL, "run.json lacks the SHA-256 of %s", p.paths[i]);
+    }
+    ac_train_sources src;
+    ac_err err = {{0}};
+    ck_assert_msg(ac_train_sources_load(out, &src, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(src.objective, AC_OBJECTIVE_MASKED_LM);
+    ck_assert_int_eq(src.n_text_files, 2);
+    ck_assert_ptr_nonnull(strstr(src.text_files[1], "extra.txt"));
+    ac_train_sources_free(&src);
+    free(svg);
+    free(run);
+    free(svg_path);
+    free(cal);
+    free(run_path);
+    free(out);
+    pretrain_setup_free(&p);
+}
+END_TEST
+
+/* Interrupted and resumed = one run, bit for bit (weights, moments, state,
+ * metrics); and 1 thread = 2 threads. */
+START_TEST(test_pretrain_resume_and_threads_bitwise)
+{
+    pretrain_setup p;
+    pretrain_setup_make(&p);
+    char *a = join(p.dir, "a"), *b = join(p.dir, "b"), *c = join(p.dir, "c");
+    ac_train_result ra, rb, rc;
+    omp_set_num_threads(2);
+    pretrain_ok(&p, a, 0, 25, 0, &ra);
+    ck_assert_int_eq(ra.status, AC_TRAIN_MAX_STEPS);
+    pretrain_ok(&p, b, 0, 25, 13, &rb);
+    ck_assert_int_eq(rb.status, AC_TRAIN_INTERRUPTED);
+    ck_assert_int_eq(rb.step, 13);
+    pretrain_ok(&p, b, 1, 25, 0, &rb);
+    ck_assert_int_eq(rb.step, 25);
+    omp_set_num_threads(1);
+    pretrain_ok(&p, c, 0, 25, 0, &rc);
+    omp_set_num_threads(2);
+    char *ca = join(a, AC_CHECKPOINT_SUBDIR), *cb = join(b, AC_CHECKPOINT_SUBDIR),
+         *cc = join(c, AC_CHECKPOINT_SUBDIR);
+    assert_same_weights(ca, cb, 1);
+    assert_same_weights(ca, cc, 1);
+    assert_same_weights(a, b, 0);
+    metrics_log la, lb;
+    read_metrics(a, &la);
+    read_metrics(b, &lb);
+    ck_assert_int_eq(la.n, lb.n);
+    for (int i = 0; i < la.n; i++)
+        ck_assert(la.val_loss[i] == lb.val_loss[i] && la.val_accuracy[i] == lb.val_accuracy[i]);
+
+    /* A resume checks its text files, and its kind of run. */
+    watcher w;
+    ac_err err = {{0}};
+    FILE *f = fopen(p.lines, "a");
+    ck_assert_ptr_nonnull(f);
+    fputs("one more line\n", f);
+    ck_assert_int_eq(fclose(f), 0);
+    ck_assert_int_eq(train_once_as(&p.kind, NULL, &p.raw, NULL, b, 1, 0, 0, &w, &rb, &err), -1);
+    ck_assert_msg(strstr(err.msg, "extra.txt is not the file the run was started with"), "%s",
+                  err.msg);
+    run_kind one_file = p.kind;
+    one_file.n_text_paths = 1;
+    ck_assert_int_eq(train_once_as(&one_file, NULL, &p.raw, NULL, b, 1, 0, 0, &w, &rb, &err), -1);
+    ck_assert_msg(strstr(err.msg, "started with 2 text file(s), not 1"), "%s", err.msg);
+    ac_rawdata tiny;
+    read_tiny(&tiny);
+    ck_assert_int_eq(train_once(NULL, &tiny, NULL, b, 1, 0, 0, &w, &rb, &err), -1);
+    ck_assert_msg(strstr(err.msg, "holds a pretraining run"), "%s", err.msg);
+    ac_rawdata_free(&tiny);
+    free(ca);
+    free(cb);
+    free(cc);
+    free(a);
+    free(b);
+    free(c);
+    pretrain_setup_free(&p);
+}
+END_TEST
+
+static float tensor_value(const ac_model *m, const char *name, size_t i)
+{
+    int t = ac_model_find_tensor(m, name);
+    ck_assert_msg(t >= 0, "no tensor %s", name);
+    return m->params[m->table[t].offset + i];
+}
+
+/* A classifier started from a pretrained model has its vocabulary,
+ * tokenizer and encoder (bit for bit, before any step moves it) and a new
+ * head; options that contradict it are refused; a cls pooling needs a
+ * <cls> pretrained in. */
+START_TEST(test_finetune_from_pretrained)
+{
+    pretrain_setup p;
+    pretrain_setup_make(&p);
+    p.cfg.model.positions = AC_POS_LEARNED;
+    char *mlm = join(p.dir, "mlm"), *ft = join(p.dir, "ft"), *ft2 = join(p.dir, "ft2");
+    ac_train_result r;
+    pretrain_ok(&p, mlm, 0, 12, 0, &r);
+
+    ac_rawdata tiny;
+    read_tiny(&tiny);
+    ac_config cfg;
+    tiny_config(&cfg);
+    cfg.model.max_len = 32;
+    cfg.model.d_model = 32; /* the pretrained model's is 16 */
+    run_kind from = {.objective = AC_OBJECTIVE_CLASSIFICATION, .init_dir = mlm};
+    watcher w;
+    ac_err err = {{0}};
+    ck_assert_int_eq(train_once_as(&from, &cfg, &tiny, NULL, ft, 0, 1, 0, &w, &r, &err), -1);
+    ck_assert_msg(strstr(err.msg, "model.d_model: 32, but the model in"), "%s", err.msg);
+    ck_assert_int_eq(ac_train_init_config(&cfg, mlm, &err), 0);
+    ck_assert_int_eq(cfg.model.d_model, 16);
+    ck_assert_int_eq(cfg.model.positions, AC_POS_LEARNED);
+    ck_assert_int_eq(cfg.model.objective, AC_OBJECTIVE_CLASSIFICATION);
+    cfg.training.optim.lr = 1e-30f; /* one step that moves nothing: the start is visible */
+    ck_assert_msg(train_once_as(&from, &cfg, &tiny, NULL, ft, 0, 1, 0, &w, &r, &err) == 0, "%s",
+                  err.msg);
+
+    ac_model_dir pre, fine;
+    load_dir(&pre, mlm);
+    load_dir(&fine, ft);
+    ck_assert_int_eq(fine.config.model.objective, AC_OBJECTIVE_CLASSIFICATION);
+    ck_assert_int_eq(fine.config.model.n_classes, 2);
+    ck_assert_str_eq(fine.config.provenance.init_model, mlm);
+    ck_assert(memcmp(&fine.config.tokenizer, &pre.config.tokenizer,
+                     sizeof fine.config.tokenizer) == 0);
+    ck_assert_int_eq(fine.vocab.size, pre.vocab.size);
+    for (int i = 0; i < pre.vocab.size; i++)
+        ck_assert_str_eq(fine.vocab.tokens[i], pre.vocab.tokens[i]);
+    int head = 0;
+    for (int i = 0; i < fine.model.n_tensors; i++) {
+        const ac_param_info *t = &fine.model.table[i];
+        if (strncmp(t->name, "head.", 5) == 0) {
+            head++;
+            continue;
+        }
+        int j = ac_model_find_tensor(&pre.model, t->name);
+        ck_assert_int_ge(j, 0);
+        ck_assert_msg(memcmp(fine.model.params + t->offset,
+                             pre.model.params + pre.model.table[j].offset,
+                             t->numel * sizeof(float)) == 0,
+                      "%s is not the pretrained one", t->name);
+    }
+    ck_assert_int_eq(head, 2);
+    ck_assert(tensor_value(&fine.model, "head.weight", 3) != 0.0f); /* initialised, new */
+    ac_model_dir_free(&fine);
+
+    /* A real fine-tune moves the encoder away from it. */
+    cfg.training.optim.lr = 3e-3f;
+    ck_assert_msg(train_once_as(&from, &cfg, &tiny, NULL, ft2, 0, 0, 0, &w, &r, &err) == 0, "%s",
+                  err.msg);
+    load_dir(&fine, ft2);
+    ck_assert(tensor_value(&fine.model, "layers.0.ffn.fc1.weight", 5) !=
+              tensor_value(&pre.model, "layers.0.ffn.fc1.weight", 5));
+    ac_model_dir_free(&fine);
+    ac_model_dir_free(&pre);
+
+    /* Resuming is not starting from a model. */
+    ck_assert_int_eq(train_once_as(&from, NULL, &tiny, NULL, ft2, 1, 0, 0, &w, &r, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "fresh classifier run"));
+
+    /* cls pooling: refused without <cls>; pretrained with --pooling cls it works. */
+    cfg.model.pooling = AC_POOL_CLS;
+    ck_assert_int_eq(ac_train_init_config(&cfg, mlm, &err), -1);
+    ck_assert_msg(strstr(err.msg, "vocab.txt has none"), "%s", err.msg);
+    char *mlm_cls = join(p.dir, "mlm_cls"), *ft_cls = join(p.dir, "ft_cls");
+    p.cfg.model.pooling = AC_POOL_CLS;
+    pretrain_ok(&p, mlm_cls, 0, 5, 0, &r);
+    load_dir(&pre, mlm_cls);
+    ck_assert(pre.vocab.with_cls);
+    ck_assert_int_eq(pre.vocab.mask_id, 3);
+    ac_model_dir_free(&pre);
+    from.init_dir = mlm_cls;
+    ck_assert_int_eq(ac_train_init_config(&cfg, mlm_cls, &err), 0);
+    ck_assert_msg(train_once_as(&from, &cfg, &tiny, NULL, ft_cls, 0, 3, 0, &w, &r, &err) == 0,
+                  "%s", err.msg);
+    free(mlm_cls);
+    free(ft_cls);
+    ac_config_free(&cfg);
+    ac_rawdata_free(&tiny);
+    free(mlm);
+    free(ft);
+    free(ft2);
+    pretrain_setup_free(&p);
+}
+END_TEST
+
+/* Runs cmd with stderr into a file; returns the exit status and the stderr text. */
+static int run_capture(const char *cmd, char **err_text)
+{
+    char *dir = make_temp_dir();
+    char *path = join(dir, "stderr");
+    char *full = NULL;
+    ck_assert_int_ge(asprintf(&full, "%s 2>%s >/dev/null", cmd, path), 0);
+    int st = run_status(full);
+    *err_text = read_text(path);
+    free(full);
+    rm_rf(dir);
+    free(path);
+    free(dir);
+    return st;
+}
+
+/* Expects exit status `want` and `needle` in stderr. */
+static void expect_cli(const char *cmd, int want, const char *needle)
+{
+    char *err = NULL;
+    int st = run_capture(cmd, &err);
+    ck_assert_msg(st == want, "%s: exit %d, want %d; stderr: %s", cmd, st, want, err);
+    ck_assert_msg(!needle || strstr(err, needle), "%s: \"%s\" not in stderr: %s", cmd, needle, err);
+    free(err);
+}
+
+/* The commands: pretrain, fine-tune with --init, eval/predict/inspect on
+ * both, usage errors, corrupt input, and pretrain --resume through the CLI. */
+START_TEST(test_cli_pretrain_and_init)
+{
+    const char *bin = attnctl_binary();
+    if (!bin) {
+        printf("SKIP test_cli_pretrain_and_init: no attnctl binary (set ATTNCTL or build it)\n");
+        return;
+    }
+    char *dir = make_temp_dir();
+    char *lines = join(dir, "docs.txt"), *mlm = join(dir, "mlm"), *ft = join(dir, "ft");
+    FILE *f = fopen(lines, "w");
+    ck_assert_ptr_nonnull(f);
+    for (int i = 0; i < 40; i++)
+        fprintf(f, "document %d says the movie was %s and the plot %s .\n", i,
+                i % 3 ? "great" : "dull", i % 2 ? "worked" : "failed");
+    ck_assert_int_eq(fclose(f), 0);
+    const char *shape = "--d-model 16 --heads 2 --ff 32 --max-len 24 --batch-size 8 --threads 1 "
+                        "--min-count 1 --vocab-size 200 --ngram-buckets 97";
+    char *cmd = NULL;
+    ck_assert_int_ge(asprintf(&cmd, "%s pretrain %s " TINY_CSV " --out %s %s --epochs 2 --quiet",
+                              bin, lines, mlm, shape),
+                     0);
+    expect_cli(cmd, 0, NULL);
+    free(cmd);
+    ck_assert_int_ge(asprintf(&cmd, "%s eval --model %s " TINY_CSV, bin, mlm), 0);
+    expect_cli(cmd, 1, "is a pretrained encoder (masked_lm) without a classifier");
+    free(cmd);
+    ck_assert_int_ge(asprintf(&cmd, "echo 'a good movie' | %s predict --model %s", bin, mlm), 0);
+    expect_cli(cmd, 1, "fine-tune it first: attnctl train --init");
+    free(cmd);
+    ck_assert_int_ge(asprintf(&cmd, "%s inspect --model %s 'the movie was great' --format text "
+                                    "2>&1 | grep -q 'pretrained encoder (masked LM)'",
+                              bin, mlm),
+                     0);
+    ck_assert_int_eq(run_status(cmd), 0);
+    free(cmd);
+
+    /* options that contradict the pretrained model: usage errors */
+    static const char *const contradicting[] = {
+        "--d-model 32", "--layers 2", "--heads 4", "--ff 64", "--vocab-size 150",
+        "--max-len 30", "--positions sinusoidal", "--ngrams 3", "--ngram-buckets 50",
+        "--truncation tail",
+    };
+    for (size_t i = 0; i < sizeof contradicting / sizeof contradicting[0]; i++) {
+        ck_assert_int_ge(asprintf(&cmd, "%s train --init %s " TINY_CSV " --out %s/bad %s", bin,
+                                  mlm, dir, contradicting[i]),
+                         0);
+        expect_cli(cmd, 2, "contradicts the model in");
+        free(cmd);
+    }
+    ck_assert_int_ge(asprintf(&cmd, "%s train --init %s " TINY_CSV " --out %s/bad --min-count 2",
+                              bin, mlm, dir),
+                     0);
+    expect_cli(cmd, 2, "--min-count cannot be combined with --init");
+    free(cmd);
+    /* the same values are no contradiction; the model's own are used */
+    ck_assert_int_ge(asprintf(&cmd, "%s train --init %s " TINY_CSV " --out %s --d-model 16 "
+                                    "--epochs 2 --batch-size 8 --threads 1 --quiet",
+                              bin, mlm, ft),
+                     0);
+    expect_cli(cmd, 0, NULL);
+    free(cmd);
+    ck_assert_int_ge(asprintf(&cmd, "%s eval --model %s " TINY_CSV " >/dev/null", bin, ft), 0);
+    ck_assert_int_eq(run_status(cmd), 0);
+    free(cmd);
+    ck_assert_int_ge(asprintf(&cmd, "echo 'a good movie' | %s predict --model %s | grep -q "
+                                    "'positive\\|negative'",
+                              bin, ft),
+                     0);
+    ck_assert_int_eq(run_status(cmd), 0);
+    free(cmd);
+    ck_assert_int_ge(asprintf(&cmd, "%s inspect --model %s 'a good movie' --format json | grep -q "
+                                    "'\"label\": \"'",
+                              bin, ft),
+                     0);
+    ck_assert_int_eq(run_status(cmd), 0);
+    free(cmd);
+
+    /* option gating and values */
+    static const struct {
+        const char *args, *needle;
+    } usage[] = {
+        {"train --init X --resume Y", "--init cannot be combined with --resume"},
+        {"train --mask-frac 0.2 a.csv --out z", "--mask-frac is an option of attnctl pretrain only"},
+        {"pretrain --crop 0.3 a.txt --out z", "--crop is an option of attnctl train only"},
+        {"pretrain --init x a.txt --out z", "--init is an option of attnctl train only"},
+        {"pretrain --mask-frac 1 a.txt --out z", "--mask-frac: invalid value '1'"},
+        {"pretrain --format tsv a.txt --out z", "--format: invalid value 'tsv'"},
+        {"pretrain --format lines --text-column t a.txt --out z", "--format lines reads plain"},
+        {"pretrain --out z", "missing text file(s)"},
+    };
+    for (size_t i = 0; i < sizeof usage / sizeof usage[0]; i++) {
+        ck_assert_int_ge(asprintf(&cmd, "%s %s", bin, usage[i].args), 0);
+        expect_cli(cmd, 2, usage[i].needle);
+        free(cmd);
+    }
+
+    /* corrupt input: one line, naming the file and the line */
+    char *nul = join(dir, "nul.txt"), *cut = join(dir, "cut.txt.gz"), *nocol = join(dir, "x.csv");
+    f = fopen(nul, "wb");
+    ck_assert_ptr_nonnull(f);
+    fwrite("one\ntwo\nthr\0ee\n", 1, 15, f);
+    ck_assert_int_eq(fclose(f), 0);
+    f = fopen(cut, "wb");
+    ck_assert_ptr_nonnull(f);
+    fwrite("\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\x4b\x4c", 1, 12, f); /* gzip cut short */
+    ck_assert_int_eq(fclose(f), 0);
+    f = fopen(nocol, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("id,body\n1,some text\n", f);
+    ck_assert_int_eq(fclose(f), 0);
+    const char *bad_files[] = {nul, cut, nocol};
+    const char *bad_needles[] = {":3: NUL byte", ":1: gzip data cut short",
+                                 ":1: no column named 'review'"};
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_ge(asprintf(&cmd, "%s pretrain %s --out %s/never", bin, bad_files[i], dir),
+                         0);
+        char want[700];
+        snprintf(want, sizeof want, "attnctl: error: %s%s", bad_files[i], bad_needles[i]);
+        char *err = NULL;
+        int st = run_capture(cmd, &err);
+        ck_assert_msg(st == 1 && strstr(err, want) && count_substr(err, "\n") == 1,
+                      "%s: exit %d, stderr %s (want %s)", cmd, st, err, want);
+        free(err);
+        free(cmd);
+    }
+    char *never = join(dir, "never");
+    ck_assert_msg(access(never, F_OK) != 0, "a failed pretrain left %s behind", never);
+
+    /* through the CLI: stopped at --max-steps, resumed: the state of one run */
+    char *r1 = join(dir, "r1"), *r2 = join(dir, "r2");
+    ck_assert_int_ge(asprintf(&cmd, "%s pretrain %s --out %s %s --epochs 2 --eval-every 3 --quiet",
+                              bin, lines, r1, shape),
+                     0);
+    expect_cli(cmd, 0, NULL);
+    free(cmd);
+    ck_assert_int_ge(asprintf(&cmd, "%s pretrain %s --out %s %s --epochs 2 --eval-every 3 "
+                                    "--max-steps 4 --quiet",
+                              bin, lines, r2, shape),
+                     0);
+    expect_cli(cmd, 0, NULL);
+    free(cmd);
+    ck_assert_int_ge(asprintf(&cmd, "%s pretrain --resume %s --quiet", bin, r2), 0);
+    expect_cli(cmd, 0, NULL);
+    free(cmd);
+    const char *same[] = {"checkpoint/model.safetensors", "checkpoint/optimizer.safetensors",
+                          "vocab.txt"};
+    for (int i = 0; i < 3; i++) {
+        char *pa = join(r1, same[i]), *pb = join(r2, same[i]);
+        size_t la, lb;
+        char *da = read_bytes(pa, &la), *db = read_bytes(pb, &lb);
+        ck_assert_msg(la == lb && memcmp(da, db, la) == 0, "%s differs after --resume", same[i]);
+        free(da);
+        free(db);
+        free(pa);
+        free(pb);
+    }
+    ck_assert_int_ge(asprintf(&cmd, "%s train --resume %s", bin, r2), 0);
+    expect_cli(cmd, 1, "continue it with attnctl pretrain --resume");
+    free(cmd);
+
+    rm_rf(dir);
+    free(r1);
+    free(r2);
+    free(never);
+    free(nul);
+    free(cut);
+    free(nocol);
+    free(lines);
+    free(mlm);
+    free(ft);
+    free(dir);
+}
+END_TEST
+
+/* The man page documents every option --help names, for train and pretrain. */
+START_TEST(test_help_options_in_man_page)
+{
+    const char *bin = attnctl_binary();
+    if (!bin) {
+        printf("SKIP test_help_options_in_man_page: no attnctl binary\n");
+        return;
+    }
+    char *man = read_text("attnctl.1");
+    const char *commands[] = {"train", "pretrain"};
+    for (int c = 0; c < 2; c++) {
+        char *dir = make_temp_dir(), *out = join(dir, "help"), *cmd = NULL;
+        ck_assert_int_ge(asprintf(&cmd, "%s %s --help > %s", bin, commands[c], out), 0);
+        ck_assert_int_eq(run_status(cmd), 0);
+        char *help = read_text(out);
+        int checked = 0;
+        for (const char *p = strstr(help, "--"); p; p = strstr(p + 2, "--")) {
+            char name[64], escaped[160];
+            size_t n = 0;
+            for (const char *q = p + 2; n + 1 < sizeof name && ((*q >= 'a' && *q <= 'z') ||
+                                                               (*q == '-' && q[1] != '-'));
+                 q++)
+                name[n++] = *q;
+            name[n] = '\0';
+            if (n < 2)
+                continue;
+            size_t e = (size_t)snprintf(escaped, sizeof escaped, "\\-\\-");
+            for (size_t k = 0; k < n && e + 3 < sizeof escaped; k++) {
+                if (name[k] == '-')
+                    escaped[e++] = '\\';
+                escaped[e++] = name[k];
+            }
+            escaped[e] = '\0';
+            ck_assert_msg(strstr(man, escaped) != NULL, "attnctl %s --help names --%s; attnctl.1 "
+                          "does not (%s)", commands[c], name, escaped);
+            checked++;
+        }
+        ck_assert_int_gt(checked, 30);
+        free(help);
+        free(cmd);
+        rm_rf(dir);
+        free(out);
+        free(dir);
+    }
+    free(man);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("train");
@@ -851,6 +1430,14 @@ int main(void)
     tcase_add_test(tc, test_without_validation_and_with_val_file);
     tcase_add_test(tc, test_cli_end_to_end);
     suite_add_tcase(s, tc);
+    TCase *tp = tcase_create("pretrain");
+    tcase_set_timeout(tp, 300);
+    tcase_add_test(tp, test_pretrain_end_to_end);
+    tcase_add_test(tp, test_pretrain_resume_and_threads_bitwise);
+    tcase_add_test(tp, test_finetune_from_pretrained);
+    tcase_add_test(tp, test_cli_pretrain_and_init);
+    tcase_add_test(tp, test_help_options_in_man_page);
+    suite_add_tcase(s, tp);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failures = srunner_ntests_failed(sr);

@@ -1,7 +1,7 @@
 #!/bin/sh
 # The command-line flow end to end under valgrind memcheck: a tiny training
-# run, eval, predict from a pipe (awkward lines), inspect in every format and a
-# usage error. Fails on any memcheck error or any definite, indirect or
+# run, eval, predict from a pipe (awkward lines), inspect in every format, a
+# tiny pretraining run with a fine-tuning from it, and a usage error. Fails on any memcheck error or any definite, indirect or
 # possible leak. Usage: tests/valgrind.sh BINARY WORKDIR
 #
 # The binary is built without AVX-512 (valgrind 3.19 cannot execute it), and
@@ -46,6 +46,15 @@ for f in json svg html text; do
     step "inspect-$f" 0 $vg "$bin" inspect --model "$model" --format "$f" \
         --out "$work/inspect.$f" "What a wonderful, moving film."
 done
+# pretraining (masked LM), fine-tuning from it, and a pretrained model's attention
+step pretrain 0 $vg "$bin" pretrain data/sample_train.csv --out "$work/mlm" --epochs 1 --d-model 16 \
+    --heads 2 --ff 32 --max-len 32 --batch-size 16 --ngram-buckets 1021 --eval-every 20 --threads 2 \
+    --quiet
+step finetune 0 $vg "$bin" train --init "$work/mlm" data/sample_train.csv --out "$work/finetuned" \
+    --epochs 1 --batch-size 16 --threads 2 --quiet
+step inspect-pretrained 0 $vg "$bin" inspect --model "$work/mlm" --format html \
+    --out "$work/pretrained.html" "What a wonderful, moving film."
+step eval-pretrained 1 $vg "$bin" eval --model "$work/mlm" data/sample_test.csv
 step usage-error 2 $vg "$bin" predict --model "$model" --no-such-option
 step missing-model 1 $vg "$bin" predict --model "$work/nothing-here"
 if [ "$failed" -ne 0 ]; then

@@ -92,6 +92,7 @@ typedef struct {
     int crop_min, crop_max;
     float label_smoothing; /* 0: plain cross-entropy */
     float token_dropout;   /* share of training tokens replaced by <unk> */
+    double mask_frac;      /* pretraining (masked LM): share of the tokens predicted */
     float ema;             /* decay of the averaged weights used for evaluation and saving; 0 = off */
 } ac_train_config;
 
@@ -101,7 +102,8 @@ typedef struct {
     char train_sha256[65];
     int64_t rows_used;
     char date[32];               /* ISO 8601 UTC */
-    double best_val_accuracy;    /* < 0 when unknown */
+    double best_val_accuracy;    /* < 0 when unknown; a masked-LM model: masked-token accuracy */
+    char init_model[1024];       /* fine-tuned from this pretrained model directory ("" none) */
 } ac_provenance;
 
 typedef struct {

@@ -23,6 +23,18 @@ typedef enum {
 const char *ac_positions_name(ac_positions p);
 int ac_positions_parse(const char *s, ac_positions *out); /* 0 ok, -1 unknown */
 
+/* What the encoder is trained for: the head on top of it (DESIGN.md:
+ * "objectives other than classification are a different head on the same
+ * encoder"). */
+typedef enum {
+    AC_OBJECTIVE_CLASSIFICATION = 0, /* pooling -> Linear(d, C) -> cross-entropy (head.*) */
+    AC_OBJECTIVE_MASKED_LM = 1,      /* at masked positions: logits = h embed.weight^T +
+                                        mlm.bias (tied output layer), cross-entropy over the
+                                        vocabulary; see src/nn/mlm.c */
+} ac_objective;
+const char *ac_objective_name(ac_objective o); /* "classification", "masked_lm" */
+int ac_objective_parse(const char *s, ac_objective *out); /* 0 ok, -1 unknown */
+
 typedef struct {
     int vocab_size;  /* V, including specials */
     int max_len;     /* T: longest sequence the model takes */
@@ -30,7 +42,7 @@ typedef struct {
     int n_heads;     /* H, divides d */
     int d_ff;        /* ff */
     int n_layers;    /* N */
-    int n_classes;   /* C >= 2 */
+    int n_classes;   /* C >= 2 (classification); 0 for a masked-LM model */
     ac_pooling pooling;
     float dropout;   /* 0 <= p < 1 */
     float ln_eps;    /* 1e-6 */
@@ -40,6 +52,7 @@ typedef struct {
     /* Outside training the class probabilities are softmax(logits / temperature)
      * (fitted on validation data after training); 0 is taken as 1. */
     float temperature;
+    ac_objective objective; /* the head: classification (0) or masked LM */
 } ac_model_config;
 
 /* n-gram table in use */
@@ -77,7 +90,8 @@ typedef struct {
     float *embed_w, *pos_w, *embed_norm_w, *embed_norm_b; /* pos_w: learned positions only */
     float *ngram_w; /* [ngram_buckets, d] when the model has n-grams */
     ac_layer_params layers[AC_MAX_LAYERS];
-    float *head_w, *head_b;
+    float *head_w, *head_b; /* classification only (else NULL) */
+    float *mlm_bias;        /* [vocab_size], masked LM only (else NULL) */
 } ac_param_ptrs;
 
 /* Activation buffers for the largest (B, T) asked at setup. */
@@ -186,7 +200,14 @@ void ac_model_adopt_params(ac_model *m, float *params, void *mapping, size_t map
 /* Index of a tensor by name, or -1. */
 int ac_model_find_tensor(const ac_model *m, const char *name);
 
-/* Forward over a batch. ids [B*T] (pads may hold any valid id, e.g. 0),
+/* Fine-tuning from a pretrained encoder: copies every tensor of dst but its
+ * head (head.*, mlm.bias) from the tensor of src with the same name, which
+ * must exist with the same shape (src/nn/transfer.c). dst's head keeps its
+ * values. */
+int ac_model_copy_encoder(ac_model *dst, const ac_model *src, ac_err *err);
+
+/* Forward of a classification model over a batch (a masked-LM model gives
+ * NaN: see src/nn/mlm.c). ids [B*T] (pads may hold any valid id, e.g. 0),
  * lengths [B] (1..T), labels [B] or NULL. train != 0 enables dropout with
  * masks keyed by dropout_key. Logits land in m->act.logits, class
  * probabilities in m->act.probs_out, attention maps in m->act.probs[l]
@@ -204,6 +225,21 @@ void ac_model_zero_grad(ac_model *m);
  * Adds into m->grads. */
 void ac_model_backward(ac_model *m);
 
+/* ---- the encoder alone (shared by every objective's head) ----
+ * ac_model_encoder_forward runs what ac_model_forward runs before pooling
+ * (token dropout, embeddings, the encoder layers) for any objective, with
+ * the same rules (train, dropout_key, keep_attention; NaN-free: returns -1
+ * and computes nothing when B or T exceed the allocated activations or an id
+ * or length is out of range, else 0). The final hidden states [B, T, d] are
+ * at ac_model_encoder_output(m). ac_model_encoder_backward then takes
+ * dL/d(output) [B, T, d] (it may be m->act.grad_a itself: no copy) and adds
+ * every encoder parameter's gradient into m->grads; it does nothing without
+ * such a forward with the attention maps kept. Both allocate nothing. */
+int ac_model_encoder_forward(ac_model *m, const int32_t *ids, const int32_t *lengths, int B, int T,
+                             int train, uint64_t dropout_key);
+const float *ac_model_encoder_output(const ac_model *m);
+void ac_model_encoder_backward(ac_model *m, const float *d_output);
+
 /* ---- the model split at its input, for explanations (attributions) ----
  * The input of the embedding LayerNorm, per position the sum
  *   embed_sum[b,t,:] = embed.weight[id] + position row t (learned or fixed;
@@ -211,7 +247,8 @@ void ac_model_backward(ac_model *m);
  * is what ac_model_forward computes first (act.embed_sum). These three
  * functions expose that seam: the same forward and backward, started from or
  * stopped at embed_sum, so gradients to the input come from the model's own
- * hand-written backward. ac_model_forward/ac_model_backward are unchanged. */
+ * hand-written backward. ac_model_forward/ac_model_backward are unchanged.
+ * Classifiers only: a masked-LM model gives NaN / -1. */
 
 /* embed_sum of a batch of ids (no token dropout) into out [B, T, d] (out may
  * be m->act.embed_sum). Uses act.ngram_ids as scratch, so a previous forward

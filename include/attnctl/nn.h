@@ -119,4 +119,22 @@ void crossentropy_backward(float *dlogits, const float *probs, const int32_t *la
 /* Softmax only (inference): probs[B, C] from logits. */
 void softmax_rows(float *probs, const float *logits, int B, int C);
 
+/* ---- row gather: out[i, :] = in[rows[i], :] for i < M (masked positions) ---- */
+void gather_rows_forward(float *out, const float *in, const int32_t *rows, int M, int d);
+/* din[rows[i], :] += dout[i, :] (serial in i: rows may repeat) */
+void gather_rows_backward(float *din, const float *dout, const int32_t *rows, int M, int d);
+
+/* ---- softmax cross-entropy over a large output (the vocabulary), in place ----
+ * logits [M, V] are replaced by their softmax; losses[M] = -log p[target];
+ * predicted[M] (may be NULL) = argmax (the first on ties). Returns the mean
+ * loss (summed in double, in row order). Rows run in parallel; each row's
+ * sums have a fixed order, so the result does not depend on the thread count. */
+float softmax_xent_inplace_forward(float *logits, float *losses, int32_t *predicted,
+                                   const int32_t *targets, int M, int V);
+/* Turns the probabilities [M, V] of the forward into the gradient of the mean
+ * loss with respect to the logits, (p - onehot(target)) / M, in place. Unlike
+ * the other backwards this one overwrites rather than adds: the buffer holds
+ * the only copy, and a [M, V] gradient beside it would double the memory. */
+void softmax_xent_inplace_backward(float *probs, const int32_t *targets, int M, int V);
+
 #endif

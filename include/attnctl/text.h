@@ -16,6 +16,11 @@ typedef struct {
     const char *text_column;  /* NULL: first of review, text, sentence (case-insensitive) */
     const char *label_column; /* NULL: first of sentiment, label, polarity */
     int need_label;           /* 1: a label column must exist (train, eval) */
+    /* 1: plain text, one text a line (LF or CRLF), no header and no labels:
+     * blank lines are skipped and counted like empty texts, a NUL byte is an
+     * error naming the line (binary data, not text). text_column,
+     * label_column and need_label must then be unset. */
+    int lines;
     /* Known classes (e.g. from a model). NULL: discover from the file, ordered
      * numerically when every label is an integer, else by byte order. When
      * given, a row whose label is not among them is an error naming the line. */
@@ -36,8 +41,27 @@ typedef struct {
 } ac_rawdata;
 
 /* Reads a whole CSV (plain or gzip, detected by content) streaming through
- * libcsv. Errors are "FILE:LINE: what is wrong". */
+ * libcsv, or a plain-text file with opt->lines. Errors are "FILE:LINE: what
+ * is wrong". */
 int ac_rawdata_read(ac_rawdata *out, const char *path, const ac_read_options *opt, ac_err *err);
+
+/* How unlabelled text files are read (attnctl pretrain). */
+typedef enum {
+    AC_TEXT_FORMAT_AUTO = 0,  /* by name: *.csv and *.csv.gz are CSV, anything else lines */
+    AC_TEXT_FORMAT_CSV = 1,   /* CSV with a header and a text column */
+    AC_TEXT_FORMAT_LINES = 2, /* plain text, one document a line */
+} ac_text_format;
+const char *ac_text_format_name(ac_text_format f);
+int ac_text_format_parse(const char *s, ac_text_format *out); /* 0 ok, -1 unknown */
+/* The format a file is read in: `format` itself unless it is AUTO. */
+ac_text_format ac_text_format_of(const char *path, ac_text_format format);
+
+/* The texts of several files (each read as ac_text_format_of says; CSV
+ * files by text_column or the usual names), concatenated in order, without
+ * labels: out->line[i] is the row's line in its own file. The counts of
+ * skipped and repaired rows add up over the files. */
+int ac_rawdata_read_texts(ac_rawdata *out, const char *const *paths, int n_paths,
+                          ac_text_format format, const char *text_column, ac_err *err);
 static inline const char *ac_rawdata_text(const ac_rawdata *d, int64_t i)
 {
     return d->text_buf + d->text_off[i];
@@ -88,22 +112,38 @@ int64_t ac_tokenize(ac_tokenizer *t, const char *text, size_t len, const ac_toke
 #define AC_UNK_ID 1
 #define AC_CLS_ID 2 /* present only when with_cls */
 
+/* Special tokens a vocabulary is built with (ac_vocab_build's `specials`). */
+#define AC_VOCAB_WITH_CLS 1  /* <cls> at id 2: prepended to every text (cls pooling) */
+#define AC_VOCAB_WITH_MASK 2 /* <mask> right after the other specials (masked-LM pretraining) */
+
+/* vocab.txt starts <pad>, <unk>, then <cls> when present, then <mask> when
+ * present (id 2 without <cls>, 3 with it), then the words. A vocabulary of
+ * attnctl 0.1 (no <mask>) keeps its ids; the tokenizer never yields "<mask>"
+ * or "<cls>" (it splits '<' and '>' off), so no text maps to them. */
 typedef struct {
     int32_t size;
     char **tokens;     /* [size], NUL-terminated */
     int with_cls;
+    int32_t mask_id;   /* id of <mask>, or -1 when the vocabulary has none */
     /* open-addressing hash table token -> id */
     int32_t *slots;
     uint32_t n_slots;
 } ac_vocab;
 
 /* Builds from the texts of `data` restricted to rows idx[0..n) (all rows if idx is NULL):
- * specials first (<pad>, <unk>, then <cls> if with_cls), then the most frequent
- * tokens with count >= min_count, ties by byte order, at most max_size entries
- * in total (specials included). */
+ * specials first (<pad>, <unk>, then <cls> with AC_VOCAB_WITH_CLS, then
+ * <mask> with AC_VOCAB_WITH_MASK; `specials` is a combination of those flags,
+ * so 0/1 keep meaning "without/with <cls>"), then the most frequent tokens
+ * with count >= min_count, ties by byte order, at most max_size entries in
+ * total (specials included). */
 int ac_vocab_build(ac_vocab *v, const ac_rawdata *data, const int64_t *idx, int64_t n,
                    const ac_tokenizer_config *tcfg, int32_t max_size, int64_t min_count,
-                   int with_cls, ac_err *err);
+                   int specials, ac_err *err);
+/* Number of special tokens at the start (ids below it are never words). */
+static inline int32_t ac_vocab_n_specials(const ac_vocab *v)
+{
+    return 2 + (v->with_cls ? 1 : 0) + (v->mask_id >= 0 ? 1 : 0);
+}
 /* vocab.txt: one token a line, id = line number - 1. */
 int ac_vocab_load(ac_vocab *v, const char *path, ac_err *err);
 int ac_vocab_write(const ac_vocab *v, FILE *f, ac_err *err);

@@ -2,6 +2,12 @@
  * best-model and resumable checkpoints, metrics log and learning curves.
  * Never prints: progress goes through a callback, errors through ac_err.
  *
+ * One loop for every objective (DESIGN.md): the classifier (labelled rows)
+ * and masked-LM pretraining of the encoder on unlabelled text (attnctl
+ * pretrain). What differs is the model's head, the step's loss and what an
+ * evaluation measures: for pretraining the held-out share's masked-token
+ * loss and accuracy, under a masking that is the same at every evaluation.
+ *
  * Output directory layout (DIR = out_dir):
  *   DIR/config.json, vocab.txt, model.safetensors  best model so far (by
  *       validation accuracy; without validation rows: the latest evaluated)
@@ -27,6 +33,7 @@
 
 #include "attnctl/error.h"
 #include "attnctl/io.h"
+#include "attnctl/model.h"
 #include "attnctl/text.h"
 
 #define AC_CHECKPOINT_SUBDIR "checkpoint"
@@ -43,6 +50,7 @@ typedef enum {
 
 typedef struct {
     ac_train_event_kind kind;
+    ac_objective objective; /* masked LM: val_loss/val_accuracy are masked-token figures */
     int epoch;             /* 0-based epoch of the last step */
     int epochs;
     long step;             /* optimizer steps done so far (including earlier sessions) */
@@ -101,7 +109,34 @@ typedef struct {
      * tests: it may read or change the weights. */
     void (*after_step)(ac_model *m, long step, void *user);
     void *after_step_user;
+    /* What is trained (fresh runs; a resumed run keeps its checkpoint's):
+     * AC_OBJECTIVE_CLASSIFICATION (the default) on labelled rows, or
+     * AC_OBJECTIVE_MASKED_LM: pretraining on the texts of `train` (labels
+     * ignored; no val: val_split holds out a random share). The vocabulary
+     * is then built from every row and gets <mask> (and <cls> when
+     * config->model.pooling is cls, for a classifier that will pool from it). */
+    ac_objective objective;
+    /* Masked LM: the text files train was read from, and how (recorded in
+     * checkpoint/run.json with their SHA-256, checked on resume). */
+    const char *const *text_paths;
+    int n_text_paths;
+    ac_text_format text_format;
+    /* Fresh classification run: start from this model directory (a
+     * pretrained encoder): its tokenizer settings, vocabulary and encoder
+     * weights (embeddings, positions, n-gram table, layers) are taken, the
+     * classifier head is new. The model section of config must agree with
+     * it (ac_train_init_config makes it so). */
+    const char *init_dir;
 } ac_train_options;
+
+/* Makes cfg start from the model in init_dir: its tokenizer settings and
+ * every model field that shapes the encoder (vocab_size, max_len, d_model,
+ * n_heads, d_ff, n_layers, ln_eps, positions, ngram_order, ngram_buckets)
+ * are copied into cfg, and training.vocab_max follows vocab_size; the
+ * objective becomes classification. Fails when init_dir does not hold a
+ * loadable model config, or cfg asks for cls pooling and its vocabulary has
+ * no <cls>. */
+int ac_train_init_config(ac_config *cfg, const char *init_dir, ac_err *err);
 
 typedef enum {
     AC_TRAIN_FINISHED = 0,      /* all epochs done */
@@ -137,8 +172,15 @@ typedef struct {
     char val_file[4096];
     char text_column[256];
     char label_column[256];
+    ac_objective objective;  /* run.json files without the key: classification */
+    /* masked LM: the text files in order, their SHA-256 and their format */
+    int n_text_files;
+    char **text_files;
+    char **text_sha256;
+    ac_text_format text_format;
 } ac_train_sources;
 
 int ac_train_sources_load(const char *out_dir, ac_train_sources *s, ac_err *err);
+void ac_train_sources_free(ac_train_sources *s);
 
 #endif

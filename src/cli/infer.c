@@ -10,6 +10,13 @@ int cli_infer_open(cli_infer *s, const char *model_dir, int batch_size, ac_err *
     if (ac_model_dir_load(&s->md, model_dir, err) != 0)
         return -1;
     s->loaded = 1;
+    if (s->md.model.cfg.objective != AC_OBJECTIVE_CLASSIFICATION) {
+        ac_err_set(err, "%s is a pretrained encoder (%s) without a classifier; fine-tune it "
+                        "first: attnctl train --init %s TRAIN.csv --out DIR",
+                   model_dir, ac_objective_name(s->md.model.cfg.objective), model_dir);
+        cli_infer_close(s);
+        return -1;
+    }
     s->batch_size = batch_size;
     s->max_len = s->md.model.cfg.max_len;
     s->n_classes = s->md.model.cfg.n_classes;

@@ -180,7 +180,9 @@ static void pooled_weights(inspect_data *d, const ac_model *m, char *measure, si
     const float *last_maps = d->attention + (size_t)last * H * n * n;
     for (int i = 0; i < n; i++)
         d->token_weight[i] = 0.0f;
-    switch (m->cfg.pooling) {
+    /* A pretrained encoder pools nothing: the attention each token receives. */
+    const int encoder_only = m->cfg.objective != AC_OBJECTIVE_CLASSIFICATION;
+    switch (encoder_only ? AC_POOL_MEAN : m->cfg.pooling) {
     case AC_POOL_MAX:
         for (int j = 0; j < dm; j++) {
             int32_t t = m->act.pool_argmax[j];
@@ -199,8 +201,8 @@ static void pooled_weights(inspect_data *d, const ac_model *m, char *measure, si
                     d->token_weight[k] += last_maps[((size_t)h * n + q) * n + k] / (float)(H * n);
         snprintf(measure, measure_len,
                  "the attention the token receives in the last layer, averaged over its %d heads and "
-                 "over all query tokens (the model uses mean pooling)",
-                 H);
+                 "over all query tokens (%s)",
+                 H, encoder_only ? "a pretrained encoder has no pooling" : "the model uses mean pooling");
         break;
     case AC_POOL_CLS:
     default:
@@ -396,7 +398,8 @@ static int run_inspect(inspect_options *o)
         goto done;
     if (o->head_arg && (rc = check_range("--head", o->head_arg, o->head, H, H == 1 ? "head" : "heads")))
         goto done;
-    if (md.config.n_labels != m->cfg.n_classes || !md.config.labels) {
+    const int classifier = m->cfg.objective == AC_OBJECTIVE_CLASSIFICATION;
+    if (classifier && (md.config.n_labels != m->cfg.n_classes || !md.config.labels)) {
         rc = cli_error("inspect: %s: the labels do not match the number of classes", o->model_dir);
         goto done;
     }
@@ -410,7 +413,10 @@ static int run_inspect(inspect_options *o)
     }
     int32_t length = n;
     m->keep_attention = 1;
-    ac_model_forward(m, d.r.ids, &length, NULL, 1, n, 0, 0);
+    if (classifier)
+        ac_model_forward(m, d.r.ids, &length, NULL, 1, n, 0, 0);
+    else /* a pretrained encoder (masked LM): its attention, no prediction */
+        ac_model_encoder_forward(m, d.r.ids, &length, 1, n, 0, 0);
 
     d.attention = malloc((size_t)L * H * n * n * sizeof *d.attention);
     d.token_weight = calloc((size_t)n, sizeof *d.token_weight);
@@ -424,14 +430,14 @@ static int run_inspect(inspect_options *o)
     char measure[256];
     pooled_weights(&d, m, measure, sizeof measure);
 
-    const int C = m->cfg.n_classes;
+    const int C = classifier ? m->cfg.n_classes : 0; /* a pretrained encoder: no classes */
     int predicted = 0;
     for (int c = 1; c < C; c++)
         if (m->act.probs_out[c] > m->act.probs_out[predicted])
             predicted = c;
     /* The attributions run the model again: keep this forward's numbers. */
-    d.probs = malloc((size_t)C * sizeof *d.probs);
-    d.logits = malloc((size_t)C * sizeof *d.logits);
+    d.probs = malloc((size_t)(C ? C : 1) * sizeof *d.probs);
+    d.logits = malloc((size_t)(C ? C : 1) * sizeof *d.logits);
     if (!d.probs || !d.logits) {
         rc = cli_error("inspect: out of memory");
         goto done;
@@ -440,9 +446,11 @@ static int run_inspect(inspect_options *o)
     for (int c = 0; c < C; c++)
         d.logits[c] = m->act.logits[c];
     double delta = 0.0;
-    if (o->attribution != AC_ATTR_NONE) {
+    /* Attributions explain a class's logit: a pretrained encoder has none. */
+    const ac_attr_method attribution = classifier ? o->attribution : AC_ATTR_NONE;
+    if (attribution != AC_ATTR_NONE) {
         int max_steps = o->steps > AC_IG_MAX_STEPS ? (int)o->steps : AC_IG_MAX_STEPS;
-        if (ac_attribution_setup(&d.attr, m, o->attribution, n, (int)o->steps, max_steps, &err) != 0 ||
+        if (ac_attribution_setup(&d.attr, m, attribution, n, (int)o->steps, max_steps, &err) != 0 ||
             ac_attribution_run(&d.attr, d.r.ids, n, &err) != 0) {
             rc = cli_error("inspect: %s", err.msg);
             goto done;
@@ -463,17 +471,17 @@ static int run_inspect(inspect_options *o)
         .head_first = o->head >= 0 ? (int)o->head : 0,
         .head_count = o->head >= 0 ? 1 : H,
         .attention = d.attention,
-        .n_classes = m->cfg.n_classes,
-        .labels = md.config.labels,
-        .probs = d.probs,
+        .n_classes = C,
+        .labels = classifier ? md.config.labels : NULL,
+        .probs = classifier ? d.probs : NULL,
         .predicted = predicted,
         .pooling = m->cfg.pooling,
         .token_weight = d.token_weight,
         .weight_measure = measure,
-        .attribution = o->attribution,
+        .attribution = attribution,
         /* with attributions, the logits of the same batch as the baseline's,
          * so that the scores add up to their difference */
-        .logits = o->attribution != AC_ATTR_NONE ? d.attr.logits : d.logits,
+        .logits = attribution != AC_ATTR_NONE ? d.attr.logits : d.logits,
         .baseline_logits = d.attr.baseline_logits,
         .attr_scores = d.attr.scores,
         .attr_steps = d.attr.steps,

@@ -22,6 +22,7 @@ typedef struct {
 
 static const command COMMANDS[] = {
     {"train", cmd_train, "build the vocabulary, train, keep the best model"},
+    {"pretrain", cmd_pretrain, "pretrain the encoder as a masked LM on unlabelled text"},
     {"eval", cmd_eval, "accuracy, per-class P/R/F1, confusion matrix, AUC on a labelled CSV"},
     {"predict", cmd_predict, "one review a line in, one verdict a line out"},
     {"inspect", cmd_inspect, "attention maps of a text: JSON, SVG/HTML heatmap, terminal"},
@@ -114,12 +115,12 @@ static int unknown_command(const char *name)
 
 int main(int argc, char **argv)
 {
-    /* `train` turns SIGINT/SIGTERM into a clean stop, but only once its
-     * handlers are in place; a signal in the first milliseconds (start-up,
-     * the re-exec below) would kill it instead. Blocked signals stay blocked
-     * and pending across exec, so block them now and let train unblock them
-     * after installing its handlers. */
-    if (argc >= 2 && strcmp(argv[1], "train") == 0)
+    /* `train` and `pretrain` turn SIGINT/SIGTERM into a clean stop, but only
+     * once their handlers are in place; a signal in the first milliseconds
+     * (start-up, the re-exec below) would kill them instead. Blocked signals
+     * stay blocked and pending across exec, so block them now and let the
+     * command unblock them after installing its handlers. */
+    if (argc >= 2 && (strcmp(argv[1], "train") == 0 || strcmp(argv[1], "pretrain") == 0))
         cli_block_stop_signals(1);
     openblas_setup(argv);
     /* Past a file-size limit (ulimit -f) a write must fail with EFBIG and go

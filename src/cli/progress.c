@@ -76,10 +76,12 @@ static void print_begin(const ac_train_progress *ev)
     cli_format_count(tokens, sizeof tokens, (double)ev->n_train_tokens);
     if (ev->resumed)
         fprintf(stderr, "attnctl: resuming at step %ld of %ld\n", ev->step, ev->total_steps);
+    int pretraining = ev->objective == AC_OBJECTIVE_MASKED_LM;
     fprintf(stderr,
-            "attnctl: %lld training rows, %lld validation rows, vocabulary %d, %s parameters, "
-            "about %.0f MiB\n",
-            (long long)ev->n_train, (long long)ev->n_val, ev->vocab_size, params,
+            "attnctl: %s%lld training %s, %lld %s, vocabulary %d, %s parameters, about %.0f MiB\n",
+            pretraining ? "masked-LM pretraining: " : "", (long long)ev->n_train,
+            pretraining ? "texts" : "rows", (long long)ev->n_val,
+            pretraining ? "held out" : "validation rows", ev->vocab_size, params,
             (double)ev->memory_bytes / (1024.0 * 1024.0));
     double unk = ev->n_train_tokens > 0 ? 100.0 * (double)ev->n_unk_tokens / (double)ev->n_train_tokens : 0.0;
     double trunc = ev->n_train + ev->n_val > 0
@@ -131,7 +133,10 @@ static void print_eval(const ac_train_progress *ev)
     char tok[32], elapsed[32], val[160];
     cli_format_count(tok, sizeof tok, ev->tokens_per_s);
     cli_format_duration(elapsed, sizeof elapsed, ev->elapsed_s);
-    if (isfinite(ev->val_accuracy))
+    if (isfinite(ev->val_accuracy) && ev->objective == AC_OBJECTIVE_MASKED_LM)
+        snprintf(val, sizeof val, "held-out masked-token loss %.4f, accuracy %.4f%s",
+                 ev->val_loss, ev->val_accuracy, ev->improved ? " (best, saved)" : "");
+    else if (isfinite(ev->val_accuracy))
         snprintf(val, sizeof val, "val loss %.4f, val accuracy %.4f%s, short spans %.4f",
                  ev->val_loss, ev->val_accuracy, ev->improved ? " (best, saved)" : "",
                  ev->val_span_accuracy);

@@ -71,7 +71,8 @@ typedef struct {
     int layer_first, layer_count;   /* selected layers [first, first + count) */
     int head_first, head_count;     /* selected heads */
     const float *attention;         /* [n_layers][n_heads][n][n] over real tokens */
-    int n_classes;
+    int n_classes;                  /* 0: a pretrained encoder (masked LM) without a
+                                       classifier: no prediction, labels and probs NULL */
     char *const *labels;            /* [n_classes] */
     const float *probs;             /* [n_classes] */
     int predicted;

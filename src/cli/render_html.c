@@ -286,16 +286,21 @@ void render_html(render_buf *out, const inspect_view *v)
     rb_puts(out, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
                  "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
                  "<title>attnctl inspect: ");
-    rb_xml_text(out, v->labels[v->predicted]);
+    rb_xml_text(out, v->n_classes ? v->labels[v->predicted] : "pretrained encoder");
     rb_puts(out, "</title>\n<style>\n");
     rb_puts(out, page_style);
     rb_puts(out, "</style>\n</head>\n<body>\n<h1>Attention in the classifier</h1>\n");
 
-    rb_puts(out, "<p class=\"verdict\">Predicted <b>");
-    rb_xml_text(out, v->labels[v->predicted]);
-    rb_puts(out, "</b> with probability ");
-    rb_number_digits(out, v->probs[v->predicted], 3);
-    rb_puts(out, ".</p>\n<div class=\"probs\">\n");
+    if (v->n_classes == 0) {
+        rb_puts(out, "<p class=\"verdict\">A pretrained encoder (masked LM) without a "
+                     "classifier: no prediction, its attention only.</p>\n<div>\n");
+    } else {
+        rb_puts(out, "<p class=\"verdict\">Predicted <b>");
+        rb_xml_text(out, v->labels[v->predicted]);
+        rb_puts(out, "</b> with probability ");
+        rb_number_digits(out, v->probs[v->predicted], 3);
+        rb_puts(out, ".</p>\n<div class=\"probs\">\n");
+    }
     for (int c = 0; c < v->n_classes; c++) {
         double p = v->probs[c];
         if (!(p >= 0.0))

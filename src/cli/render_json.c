@@ -258,7 +258,10 @@ void render_json(render_buf *out, const inspect_view *v)
     for (int i = 0; i < n; i++)
         rb_printf(out, "%s%s", i ? ", " : "", v->unknown[i] ? "true" : "false");
     rb_puts(out, "],\n  \"label\": ");
-    rb_json_string(out, v->labels[v->predicted], 0);
+    if (v->n_classes == 0) /* a pretrained encoder: no prediction */
+        rb_puts(out, "null");
+    else
+        rb_json_string(out, v->labels[v->predicted], 0);
     rb_puts(out, ",\n  \"probabilities\": {");
     for (int c = 0; c < v->n_classes; c++) {
         rb_puts(out, c ? ", " : "");

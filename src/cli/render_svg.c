@@ -221,11 +221,16 @@ void render_svg(render_buf *out, const inspect_view *v)
 
     /* Header: what is drawn, the prediction, the legend. */
     rb_printf(out, "<text x=\"%d\" y=\"26\" font-size=\"18\" font-weight=\"bold\">", MARGIN);
-    rb_puts(out, "Attention maps \xE2\x80\x94 predicted: ");
-    rb_xml_text(out, v->labels[v->predicted]);
-    rb_puts(out, " (");
-    rb_number_digits(out, v->probs[v->predicted], 3);
-    rb_puts(out, ")</text>\n");
+    if (v->n_classes == 0) {
+        rb_puts(out, "Attention maps \xE2\x80\x94 pretrained encoder (masked LM), no "
+                     "prediction</text>\n");
+    } else {
+        rb_puts(out, "Attention maps \xE2\x80\x94 predicted: ");
+        rb_xml_text(out, v->labels[v->predicted]);
+        rb_puts(out, " (");
+        rb_number_digits(out, v->probs[v->predicted], 3);
+        rb_puts(out, ")</text>\n");
+    }
     rb_printf(out, "<text x=\"%d\" y=\"48\" font-size=\"12\" fill=\"#555\">", MARGIN);
     for (int c = 0; c < v->n_classes; c++) {
         rb_puts(out, c ? " \xC2\xB7 " : "");

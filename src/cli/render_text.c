@@ -109,12 +109,16 @@ void render_text(render_buf *out, const inspect_view *v, render_colour_mode colo
 {
     if (width <= 0)
         width = 80;
-    rb_puts(out, "label: ");
-    rb_puts(out, v->labels[v->predicted]);
-    rb_puts(out, " (");
-    for (int c = 0; c < v->n_classes; c++)
-        rb_printf(out, "%s%s %.3f", c ? ", " : "", v->labels[c], v->probs[c]);
-    rb_puts(out, ")\n");
+    if (v->n_classes == 0) {
+        rb_puts(out, "pretrained encoder (masked LM): no classifier, attention only\n");
+    } else {
+        rb_puts(out, "label: ");
+        rb_puts(out, v->labels[v->predicted]);
+        rb_puts(out, " (");
+        for (int c = 0; c < v->n_classes; c++)
+            rb_printf(out, "%s%s %.3f", c ? ", " : "", v->labels[c], v->probs[c]);
+        rb_puts(out, ")\n");
+    }
 
     double wmax = 0.0;
     int any_unknown = 0;

@@ -1,6 +1,9 @@
-/* attnctl train: options -> configuration -> data -> ac_train, with progress
- * on stderr and a clean, resumable stop on SIGINT/SIGTERM. */
+/* attnctl train and attnctl pretrain: options -> configuration -> data ->
+ * ac_train (the same loop, objective as a parameter), with progress on
+ * stderr and a clean, resumable stop on SIGINT/SIGTERM. pretrain.c holds
+ * the pretrain command's help. */
 #include <getopt.h>
+#include <stddef.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
@@ -32,7 +35,8 @@ enum {
     OPT_MIN_COUNT, OPT_POOLING, OPT_LAYERS, OPT_D_MODEL, OPT_HEADS, OPT_FF, OPT_VAL_SPLIT,
     OPT_VAL_FILE, OPT_PATIENCE, OPT_EVAL_EVERY, OPT_SEED, OPT_THREADS, OPT_TEXT_COLUMN,
     OPT_LABEL_COLUMN, OPT_MAX_STEPS, OPT_RESUME, OPT_QUIET, OPT_HELP, OPT_POSITIONS, OPT_NGRAMS,
-    OPT_NGRAM_BUCKETS, OPT_CROP, OPT_CROP_MIN, OPT_CROP_MAX, OPT_LABEL_SMOOTHING, OPT_TOKEN_DROPOUT, OPT_EMA, OPT_END
+    OPT_NGRAM_BUCKETS, OPT_CROP, OPT_CROP_MIN, OPT_CROP_MAX, OPT_LABEL_SMOOTHING, OPT_TOKEN_DROPOUT,
+    OPT_EMA, OPT_INIT, OPT_MASK_FRAC, OPT_FORMAT, OPT_END
 };
 
 static const struct option LONG_OPTIONS[] = {
@@ -74,6 +78,9 @@ static const struct option LONG_OPTIONS[] = {
     {"label-smoothing", required_argument, NULL, OPT_LABEL_SMOOTHING},
     {"token-dropout", required_argument, NULL, OPT_TOKEN_DROPOUT},
     {"ema", required_argument, NULL, OPT_EMA},
+    {"init", required_argument, NULL, OPT_INIT},
+    {"mask-frac", required_argument, NULL, OPT_MASK_FRAC},
+    {"format", required_argument, NULL, OPT_FORMAT},
     {"quiet", no_argument, NULL, OPT_QUIET},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
@@ -88,17 +95,122 @@ typedef struct {
     const char *s;
 } opt_value;
 
+/* Options of one command only. */
+static const int TRAIN_ONLY[] = {OPT_VAL_FILE, OPT_LABEL_COLUMN, OPT_CROP, OPT_CROP_MIN,
+                                 OPT_CROP_MAX, OPT_LABEL_SMOOTHING, OPT_TOKEN_DROPOUT, OPT_INIT};
+static const int PRETRAIN_ONLY[] = {OPT_MASK_FRAC, OPT_FORMAT};
+
+/* What a resumed run may still be given: anything else would break the
+ * promise that it continues exactly as the original run would have. */
+static const int RESUME_ALLOWED[] = {OPT_RESUME, OPT_OUT, OPT_MAX_STEPS, OPT_THREADS, OPT_QUIET,
+                                     OPT_VAL_FILE, OPT_HELP};
+
+/* Pretraining without the option: a small held-out share, evaluations
+ * every so many steps (an epoch of 75,000 reviews is thousands of steps),
+ * no early stop (a preset's values are meant for a classifier). */
+#define PRETRAIN_VAL_SPLIT 0.02
+#define PRETRAIN_EVAL_EVERY 500
+
 typedef struct {
     opt_value v[OPT_END];
-    const char *train_path; /* positional */
+    cli_training_kind kind;
+    const char *cmd;          /* "train" or "pretrain" */
+    char **paths;             /* positional: the data files */
+    int n_paths;
+    const char *train_path;   /* train: paths[0] */
 } train_args;
 
-static void print_help(void)
+/* The options train and pretrain share, with their defaults. */
+void cli_print_training_options(cli_training_kind kind)
 {
     ac_config d;
     ac_config_defaults(&d);
     const ac_train_config *t = &d.training;
+    const int pretrain = kind == CLI_PRETRAIN;
+    printf("Training (defaults in brackets):\n"
+           "      --epochs N         passes over the %s [%d]\n"
+           "      --batch-size N     %s per step [%d]\n"
+           "      --lr X             peak learning rate of AdamW [%g]\n"
+           "      --schedule NAME    cosine, linear or constant decay after warmup [%s]\n"
+           "      --warmup X         warmup: a fraction of all steps when X < 1, else a step\n"
+           "                         count [%g]\n"
+           "      --weight-decay X   decoupled weight decay of matrices [%g]\n"
+           "      --clip X           global gradient-norm clip, 0 = off [%g]\n",
+           pretrain ? "texts" : "training rows", t->epochs, pretrain ? "texts" : "reviews",
+           t->batch_size, (double)t->optim.lr, ac_schedule_name(t->optim.schedule),
+           t->warmup_frac, (double)t->optim.weight_decay, (double)t->optim.clip_norm);
+    if (pretrain)
+        printf("      --val-split X      share of the texts held out for the masked-token loss\n"
+               "                         and accuracy, 0 <= X < 1 [%g]\n"
+               "      --eval-every N     steps between evaluations, 0 = once an epoch [%d]\n"
+               "      --patience N       evaluations without a better masked-token accuracy\n"
+               "                         before stopping, 0 = never [0]\n",
+               PRETRAIN_VAL_SPLIT, PRETRAIN_EVAL_EVERY);
+    else
+        printf("      --val-split X      share of the training file held out, 0 <= X < 1 [%g]\n"
+               "      --eval-every N     steps between evaluations, 0 = once an epoch [%ld]\n"
+               "      --patience N       evaluations without a better validation accuracy before\n"
+               "                         stopping, 0 = never [%d]\n"
+               "      --crop X           share of the reviews cut each epoch to a random span of\n"
+               "                         --crop-min..--crop-max tokens, so short texts are learnt\n"
+               "                         too [%g]\n"
+               "      --crop-min N, --crop-max N\n"
+               "                         span lengths of the crops [%d, %d]\n"
+               "      --label-smoothing X  target (1-X) on the label and X spread over all classes [%g]\n"
+               "      --token-dropout X  share of training tokens replaced by <unk> [%g]\n",
+               t->val_split, t->eval_every, t->patience, t->crop_frac, t->crop_min, t->crop_max,
+               (double)t->label_smoothing, (double)t->token_dropout);
+    printf("      --ema X            evaluate and save a moving average of the weights with\n"
+           "                         decay X per step (e.g. 0.998); 0 = the weights themselves [%g]\n"
+           "      --max-steps N      stop after N steps in all, 0 = no limit; the schedule still\n"
+           "                         spans all epochs, so the run can be resumed and continued\n"
+           "      --seed N           seed of every random choice; the same seed gives the same\n"
+           "                         model bitwise, whatever --threads [%llu]\n"
+           "      --threads N        threads to use [all cores]\n"
+           "\n",
+           (double)t->ema, (unsigned long long)t->seed);
+    ac_config_free(&d);
+}
+
+/* The model and tokenizer options (a fine-tuned model takes the ones that
+ * shape the encoder from --init DIR). */
+void cli_print_model_options(cli_training_kind kind)
+{
+    ac_config d;
+    ac_config_defaults(&d);
+    printf("Model and tokenizer:\n"
+           "      --layers N         encoder layers [%d]\n"
+           "      --d-model N        model width [%d]\n"
+           "      --heads N          attention heads, dividing --d-model [%d]\n"
+           "      --ff N             feed-forward width [%d]\n"
+           "      --dropout X        dropout probability, 0 <= X < 1 [%g]\n"
+           "      --pooling NAME     %s [%s]\n"
+           "      --positions NAME   learned, sinusoidal (the course's fixed table) or none [%s]\n"
+           "      --ngrams N         1: words only; 2: + hashed word bigrams; 3: + trigrams [%d]\n"
+           "      --ngram-buckets N  rows of the hashed n-gram table [%d]\n"
+           "      --max-len N        tokens per %s, longer ones are truncated [%d]\n"
+           "      --truncation NAME  head, tail or head+tail: which tokens a long %s keeps [%s]\n"
+           "      --vocab-size N     vocabulary size including <pad>, <unk> (and <cls>%s) [%d]\n"
+           "      --min-count N      minimum count of a vocabulary token [%lld]\n"
+           "\n",
+           d.model.n_layers, d.model.d_model, d.model.n_heads, d.model.d_ff,
+           (double)d.model.dropout,
+           kind == CLI_PRETRAIN ? "cls: the vocabulary gets <cls> and every text starts with it\n"
+                                  "                         (for a classifier that pools from it); max\n"
+                                  "                         or mean: it does not"
+                                : "max, mean or cls",
+           ac_pooling_name(d.model.pooling), ac_positions_name(d.model.positions),
+           d.model.ngram_order, d.model.ngram_buckets, kind == CLI_PRETRAIN ? "text" : "review",
+           d.model.max_len, kind == CLI_PRETRAIN ? "text" : "review",
+           ac_truncation_name(d.tokenizer.truncation), kind == CLI_PRETRAIN ? ", <mask>" : "",
+           d.training.vocab_max, (long long)d.training.min_count);
+    ac_config_free(&d);
+}
+
+static void print_help(void)
+{
     printf("usage: attnctl train [OPTIONS] TRAIN.csv[.gz] --out DIR\n"
+           "       attnctl train --init PRETRAINED [OPTIONS] TRAIN.csv[.gz] --out DIR\n"
            "       attnctl train --resume DIR [--max-steps N] [--threads N] [--quiet]\n"
            "\n"
            "Builds a vocabulary from the training rows, trains the classifier and keeps the\n"
@@ -112,6 +224,10 @@ static void print_help(void)
            "  -o, --out DIR          output directory (must not hold a model already)\n"
            "  -c, --config FILE      preset to start from (e.g. models/seed.json); the options\n"
            "                         below override single fields\n"
+           "      --init DIR         start from the pretrained encoder in DIR (attnctl pretrain):\n"
+           "                         its tokenizer, vocabulary and weights (embeddings,\n"
+           "                         positions, n-gram table, layers); the classifier head is\n"
+           "                         new. Options that would change them are an error\n"
            "      --val-file FILE    validation CSV (default: a stratified --val-split share\n"
            "                         of the training file)\n"
            "      --text-column NAME, --label-column NAME\n"
@@ -119,69 +235,23 @@ static void print_help(void)
            "      --resume DIR       continue an interrupted run from DIR/checkpoint with its\n"
            "                         settings and data files (TRAIN and --val-file may be given\n"
            "                         if they moved; they must be the same data)\n"
-           "\n"
-           "Training (defaults in brackets):\n"
-           "      --epochs N         passes over the training rows [%d]\n"
-           "      --batch-size N     reviews per step [%d]\n"
-           "      --lr X             peak learning rate of AdamW [%g]\n"
-           "      --schedule NAME    cosine, linear or constant decay after warmup [%s]\n"
-           "      --warmup X         warmup: a fraction of all steps when X < 1, else a step\n"
-           "                         count [%g]\n"
-           "      --weight-decay X   decoupled weight decay of matrices [%g]\n"
-           "      --clip X           global gradient-norm clip, 0 = off [%g]\n"
-           "      --val-split X      share of the training file held out, 0 <= X < 1 [%g]\n"
-           "      --eval-every N     steps between evaluations, 0 = once an epoch [%ld]\n"
-           "      --patience N       evaluations without a better validation accuracy before\n"
-           "                         stopping, 0 = never [%d]\n"
-           "      --crop X           share of the reviews cut each epoch to a random span of\n"
-           "                         --crop-min..--crop-max tokens, so short texts are learnt\n"
-           "                         too [%g]\n"
-           "      --crop-min N, --crop-max N\n"
-           "                         span lengths of the crops [%d, %d]\n"
-           "      --label-smoothing X  target (1-X) on the label and X spread over all classes [%g]\n"
-           "      --token-dropout X  share of training tokens replaced by <unk> [%g]\n"
-           "      --ema X            evaluate and save a moving average of the weights with\n"
-           "                         decay X per step (e.g. 0.998); 0 = the weights themselves [%g]\n"
-           "      --max-steps N      stop after N steps in all, 0 = no limit; the schedule still\n"
-           "                         spans all epochs, so the run can be resumed and continued\n"
-           "      --seed N           seed of every random choice; the same seed gives the same\n"
-           "                         model bitwise, whatever --threads [%llu]\n"
-           "      --threads N        threads to use [all cores]\n"
-           "\n"
-           "Model and tokenizer:\n"
-           "      --layers N         encoder layers [%d]\n"
-           "      --d-model N        model width [%d]\n"
-           "      --heads N          attention heads, dividing --d-model [%d]\n"
-           "      --ff N             feed-forward width [%d]\n"
-           "      --dropout X        dropout probability, 0 <= X < 1 [%g]\n"
-           "      --pooling NAME     max, mean or cls [%s]\n"
-           "      --positions NAME   learned, sinusoidal (the course's fixed table) or none [%s]\n"
-           "      --ngrams N         1: words only; 2: + hashed word bigrams; 3: + trigrams [%d]\n"
-           "      --ngram-buckets N  rows of the hashed n-gram table [%d]\n"
-           "      --max-len N        tokens per review, longer ones are truncated [%d]\n"
-           "      --truncation NAME  head, tail or head+tail: which tokens a long review keeps [%s]\n"
-           "      --vocab-size N     vocabulary size including <pad>, <unk> (and <cls>) [%d]\n"
-           "      --min-count N      minimum count of a vocabulary token [%lld]\n"
-           "\n"
-           "Output:\n"
+           "\n");
+    cli_print_training_options(CLI_TRAIN);
+    cli_print_model_options(CLI_TRAIN);
+    cli_print_output_help("train");
+}
+
+void cli_print_output_help(const char *cmd)
+{
+    printf("Output:\n"
            "  -q, --quiet            print nothing but errors\n"
            "  -h, --help             this text\n"
            "\n"
            "Progress goes to stderr: a bar on a terminal, one line per evaluation otherwise.\n"
            "Ctrl-C (SIGINT) or SIGTERM finishes the current step, saves a checkpoint and exits\n"
-           "with 130 or 143; `attnctl train --resume DIR` then continues exactly where it was.\n"
+           "with 130 or 143; `attnctl %s --resume DIR` then continues exactly where it was.\n"
            "Exit status: 0 done, 1 error, 2 usage error, 130/143 interrupted.\n",
-           t->epochs, t->batch_size, (double)t->optim.lr, ac_schedule_name(t->optim.schedule),
-           t->warmup_frac, (double)t->optim.weight_decay, (double)t->optim.clip_norm,
-           t->val_split, t->eval_every, t->patience, t->crop_frac, t->crop_min, t->crop_max,
-           (double)t->label_smoothing, (double)t->token_dropout, (double)t->ema,
-           (unsigned long long)t->seed,
-           d.model.n_layers, d.model.d_model, d.model.n_heads, d.model.d_ff,
-           (double)d.model.dropout, ac_pooling_name(d.model.pooling),
-           ac_positions_name(d.model.positions), d.model.ngram_order, d.model.ngram_buckets,
-           d.model.max_len,
-           ac_truncation_name(d.tokenizer.truncation), t->vocab_max, (long long)t->min_count);
-    ac_config_free(&d);
+           cmd);
 }
 
 static const char *option_name(int id)
@@ -192,9 +262,9 @@ static const char *option_name(int id)
     return "?";
 }
 
-static int bad_value(int id, const char *arg, const char *expected)
+static int bad_value(const char *cmd, int id, const char *arg, const char *expected)
 {
-    return cli_usage_error("train", "--%s: invalid value '%s' (expected %s)", option_name(id), arg,
+    return cli_usage_error(cmd, "--%s: invalid value '%s' (expected %s)", option_name(id), arg,
                            expected);
 }
 
@@ -210,32 +280,32 @@ static int parse_value(train_args *a, int id, const char *arg)
     switch (id) {
     case OPT_EPOCHS:
         if (cli_parse_int(arg, 1, 1000000, &i))
-            return bad_value(id, arg, "an integer from 1 to 1000000");
+            return bad_value(a->cmd, id, arg, "an integer from 1 to 1000000");
         v->i = i;
         break;
     case OPT_BATCH_SIZE:
         if (cli_parse_int(arg, 1, 65536, &i))
-            return bad_value(id, arg, "an integer from 1 to 65536");
+            return bad_value(a->cmd, id, arg, "an integer from 1 to 65536");
         v->i = i;
         break;
     case OPT_MAX_LEN:
         if (cli_parse_int(arg, 1, 65536, &i))
-            return bad_value(id, arg, "an integer from 1 to 65536");
+            return bad_value(a->cmd, id, arg, "an integer from 1 to 65536");
         v->i = i;
         break;
     case OPT_VOCAB_SIZE:
         if (cli_parse_int(arg, 3, 10000000, &i))
-            return bad_value(id, arg, "an integer from 3 to 10000000");
+            return bad_value(a->cmd, id, arg, "an integer from 3 to 10000000");
         v->i = i;
         break;
     case OPT_MIN_COUNT:
         if (cli_parse_int(arg, 1, 1000000000000L, &i))
-            return bad_value(id, arg, "an integer from 1 to 10^12");
+            return bad_value(a->cmd, id, arg, "an integer from 1 to 10^12");
         v->i = i;
         break;
     case OPT_LAYERS:
         if (cli_parse_int(arg, 1, AC_MAX_LAYERS, &i))
-            return cli_usage_error("train", "--layers: invalid value '%s' (expected 1 to %d)", arg,
+            return cli_usage_error(a->cmd, "--layers: invalid value '%s' (expected 1 to %d)", arg,
                                    AC_MAX_LAYERS);
         v->i = i;
         break;
@@ -243,79 +313,79 @@ static int parse_value(train_args *a, int id, const char *arg)
     case OPT_HEADS:
     case OPT_FF:
         if (cli_parse_int(arg, 1, 65536, &i))
-            return bad_value(id, arg, "an integer from 1 to 65536");
+            return bad_value(a->cmd, id, arg, "an integer from 1 to 65536");
         v->i = i;
         break;
     case OPT_PATIENCE:
         if (cli_parse_int(arg, 0, 1000000, &i))
-            return bad_value(id, arg, "an integer from 0 to 1000000");
+            return bad_value(a->cmd, id, arg, "an integer from 0 to 1000000");
         v->i = i;
         break;
     case OPT_EVAL_EVERY:
         if (cli_parse_int(arg, 0, 1000000000000L, &i))
-            return bad_value(id, arg, "an integer from 0 to 10^12");
+            return bad_value(a->cmd, id, arg, "an integer from 0 to 10^12");
         v->i = i;
         break;
     case OPT_MAX_STEPS:
         if (cli_parse_int(arg, 0, LONG_MAX, &i))
-            return bad_value(id, arg, "an integer >= 0");
+            return bad_value(a->cmd, id, arg, "an integer >= 0");
         v->i = i;
         break;
     case OPT_THREADS:
         if (cli_parse_int(arg, 1, 4096, &i))
-            return bad_value(id, arg, "an integer from 1 to 4096");
+            return bad_value(a->cmd, id, arg, "an integer from 1 to 4096");
         v->i = i;
         break;
     case OPT_SEED:
         if (cli_parse_u64(arg, &v->u))
-            return bad_value(id, arg, "an integer from 0 to 18446744073709551615");
+            return bad_value(a->cmd, id, arg, "an integer from 0 to 18446744073709551615");
         break;
     case OPT_LR:
         if (cli_parse_double(arg, 0, 10, &d) || !(d > 0))
-            return bad_value(id, arg, "a number with 0 < X <= 10");
+            return bad_value(a->cmd, id, arg, "a number with 0 < X <= 10");
         v->d = d;
         break;
     case OPT_WARMUP:
         if (cli_parse_double(arg, 0, 1e15, &d) || (d >= 1 && d != floor(d)))
-            return bad_value(id, arg, "a fraction 0 <= X < 1, or a whole number of steps");
+            return bad_value(a->cmd, id, arg, "a fraction 0 <= X < 1, or a whole number of steps");
         v->d = d;
         break;
     case OPT_WEIGHT_DECAY:
         if (cli_parse_double(arg, 0, 10, &d))
-            return bad_value(id, arg, "a number from 0 to 10");
+            return bad_value(a->cmd, id, arg, "a number from 0 to 10");
         v->d = d;
         break;
     case OPT_CLIP:
         if (cli_parse_double(arg, 0, 1e6, &d))
-            return bad_value(id, arg, "a number from 0 (off) to 10^6");
+            return bad_value(a->cmd, id, arg, "a number from 0 (off) to 10^6");
         v->d = d;
         break;
     case OPT_POSITIONS: {
         ac_positions p;
         if (ac_positions_parse(arg, &p))
-            return bad_value(id, arg, "learned, sinusoidal or none");
+            return bad_value(a->cmd, id, arg, "learned, sinusoidal or none");
         v->i = p;
         break;
     }
     case OPT_NGRAMS:
         if (cli_parse_int(arg, 1, 3, &i))
-            return bad_value(id, arg, "1, 2 or 3");
+            return bad_value(a->cmd, id, arg, "1, 2 or 3");
         v->i = i;
         break;
     case OPT_NGRAM_BUCKETS:
         if (cli_parse_int(arg, 1, 16777216, &i))
-            return bad_value(id, arg, "an integer from 1 to 16777216");
+            return bad_value(a->cmd, id, arg, "an integer from 1 to 16777216");
         v->i = i;
         break;
     case OPT_CROP_MIN:
     case OPT_CROP_MAX:
         if (cli_parse_int(arg, 1, 65536, &i))
-            return bad_value(id, arg, "an integer from 1 to 65536");
+            return bad_value(a->cmd, id, arg, "an integer from 1 to 65536");
         v->i = i;
         break;
     case OPT_CROP:
         if (cli_parse_double(arg, 0, 1, &d))
-            return bad_value(id, arg, "a number from 0 to 1");
+            return bad_value(a->cmd, id, arg, "a number from 0 to 1");
         v->d = d;
         break;
     case OPT_DROPOUT:
@@ -324,28 +394,40 @@ static int parse_value(train_args *a, int id, const char *arg)
     case OPT_EMA:
     case OPT_VAL_SPLIT:
         if (cli_parse_double(arg, 0, 1, &d) || d >= 1)
-            return bad_value(id, arg, "a number with 0 <= X < 1");
+            return bad_value(a->cmd, id, arg, "a number with 0 <= X < 1");
         v->d = d;
         break;
     case OPT_SCHEDULE: {
         ac_schedule_kind k;
         if (ac_schedule_parse(arg, &k))
-            return bad_value(id, arg, "cosine, linear or constant");
+            return bad_value(a->cmd, id, arg, "cosine, linear or constant");
         v->i = k;
         break;
     }
     case OPT_POOLING: {
         ac_pooling p;
         if (ac_pooling_parse(arg, &p))
-            return bad_value(id, arg, "max, mean or cls");
+            return bad_value(a->cmd, id, arg, "max, mean or cls");
         v->i = p;
         break;
     }
     case OPT_TRUNCATION: {
         ac_truncation t;
         if (ac_truncation_parse(arg, &t))
-            return bad_value(id, arg, "head, tail or head+tail");
+            return bad_value(a->cmd, id, arg, "head, tail or head+tail");
         v->i = t;
+        break;
+    }
+    case OPT_MASK_FRAC:
+        if (cli_parse_double(arg, 0, 1, &d) || !(d > 0 && d < 1))
+            return bad_value(a->cmd, id, arg, "a number with 0 < X < 1");
+        v->d = d;
+        break;
+    case OPT_FORMAT: {
+        ac_text_format f;
+        if (ac_text_format_parse(arg, &f))
+            return bad_value(a->cmd, id, arg, "auto, csv or lines");
+        v->i = f;
         break;
     }
     case OPT_CONFIG:
@@ -354,9 +436,10 @@ static int parse_value(train_args *a, int id, const char *arg)
     case OPT_TEXT_COLUMN:
     case OPT_LABEL_COLUMN:
     case OPT_RESUME:
+    case OPT_INIT:
         e = arg[0] == '\0';
         if (e)
-            return cli_usage_error("train", "--%s: empty value", option_name(id));
+            return cli_usage_error(a->cmd, "--%s: empty value", option_name(id));
         break;
     default:
         break;
@@ -364,9 +447,20 @@ static int parse_value(train_args *a, int id, const char *arg)
     return 0;
 }
 
-static int parse_args(train_args *a, int argc, char **argv)
+static int listed(const int *ids, size_t n, int id)
+{
+    for (size_t k = 0; k < n; k++)
+        if (ids[k] == id)
+            return 1;
+    return 0;
+}
+#define LISTED(ids, id) listed(ids, sizeof ids / sizeof ids[0], id)
+
+static int parse_args(train_args *a, cli_training_kind kind, int argc, char **argv)
 {
     memset(a, 0, sizeof *a);
+    a->kind = kind;
+    a->cmd = kind == CLI_PRETRAIN ? "pretrain" : "train";
     optind = 0; /* GNU: full reinitialisation */
     opterr = 0;
     int c;
@@ -378,13 +472,16 @@ static int parse_args(train_args *a, int argc, char **argv)
         case 'q': c = OPT_QUIET; break;
         case 'h': c = OPT_HELP; break;
         case ':':
-            return cli_usage_error("train", "option '%s' needs a value", argv[optind - 1]);
+            return cli_usage_error(a->cmd, "option '%s' needs a value", argv[optind - 1]);
         case '?':
             if (optopt)
-                return cli_usage_error("train", "unknown option '-%c'", optopt);
-            return cli_usage_error("train", "unknown option '%s'", argv[optind - 1]);
+                return cli_usage_error(a->cmd, "unknown option '-%c'", optopt);
+            return cli_usage_error(a->cmd, "unknown option '%s'", argv[optind - 1]);
         default: break;
         }
+        if (kind == CLI_PRETRAIN ? LISTED(TRAIN_ONLY, c) : LISTED(PRETRAIN_ONLY, c))
+            return cli_usage_error(a->cmd, "--%s is an option of attnctl %s only",
+                                   option_name(c), kind == CLI_PRETRAIN ? "train" : "pretrain");
         if (c == OPT_QUIET || c == OPT_HELP) {
             a->v[c].set = 1;
             continue;
@@ -395,34 +492,34 @@ static int parse_args(train_args *a, int argc, char **argv)
     if (a->v[OPT_HELP].set)
         return 0;
     int n_pos = argc - optind;
-    if (n_pos > 1)
+    if (n_pos > 1 && kind == CLI_TRAIN)
         return cli_usage_error("train", "one training file expected, got %d ('%s', '%s', ...)",
                                n_pos, argv[optind], argv[optind + 1]);
-    if (n_pos == 1)
+    a->paths = argv + optind;
+    a->n_paths = n_pos;
+    if (n_pos >= 1)
         a->train_path = argv[optind];
     if (a->v[OPT_RESUME].set) {
-        /* A resumed run keeps its settings: anything else would break the
-         * promise that it continues exactly as the original run would have. */
-        static const int allowed[] = {OPT_RESUME, OPT_OUT, OPT_MAX_STEPS, OPT_THREADS, OPT_QUIET,
-                                      OPT_VAL_FILE, OPT_HELP};
-        for (int id = OPT_CONFIG; id < OPT_END; id++) {
-            int ok = 0;
-            for (size_t k = 0; k < sizeof allowed / sizeof allowed[0]; k++)
-                ok |= allowed[k] == id;
-            if (a->v[id].set && !ok)
-                return cli_usage_error("train",
+        for (int id = OPT_CONFIG; id < OPT_END; id++)
+            if (a->v[id].set && !LISTED(RESUME_ALLOWED, id))
+                return cli_usage_error(a->cmd,
                                        "--%s cannot be combined with --resume (a resumed run "
                                        "keeps the settings of its checkpoint)",
                                        option_name(id));
-        }
         if (a->v[OPT_OUT].set && strcmp(a->v[OPT_OUT].s, a->v[OPT_RESUME].s) != 0)
-            return cli_usage_error("train", "--out and --resume name different directories");
+            return cli_usage_error(a->cmd, "--out and --resume name different directories");
         return 0;
     }
     if (!a->train_path)
-        return cli_usage_error("train", "missing training file (TRAIN.csv[.gz])");
+        return cli_usage_error(a->cmd, kind == CLI_PRETRAIN
+                                           ? "missing text file(s) (TEXT.csv[.gz] or TEXT.txt[.gz])"
+                                           : "missing training file (TRAIN.csv[.gz])");
     if (!a->v[OPT_OUT].set)
-        return cli_usage_error("train", "missing --out DIR");
+        return cli_usage_error(a->cmd, "missing --out DIR");
+    if (a->v[OPT_TEXT_COLUMN].set && a->v[OPT_FORMAT].set &&
+        a->v[OPT_FORMAT].i == AC_TEXT_FORMAT_LINES)
+        return cli_usage_error(a->cmd, "--text-column names a CSV column; --format lines reads "
+                                       "plain text");
     return 0;
 }
 
@@ -471,11 +568,72 @@ static void apply_overrides(ac_config *c, const train_args *a)
     if (v[OPT_HEADS].set) c->model.n_heads = (int)v[OPT_HEADS].i;
     if (v[OPT_FF].set) c->model.d_ff = (int)v[OPT_FF].i;
     if (v[OPT_TRUNCATION].set) c->tokenizer.truncation = (ac_truncation)v[OPT_TRUNCATION].i;
+    if (v[OPT_MASK_FRAC].set) c->training.mask_frac = v[OPT_MASK_FRAC].d;
+    if (a->kind == CLI_PRETRAIN) {
+        /* What pretraining does not use is 0 in its config.json; its
+         * evaluation defaults are its own (see PRETRAIN_*). */
+        t->crop_frac = 0.0;
+        t->label_smoothing = 0.0f;
+        t->token_dropout = 0.0f;
+        if (!v[OPT_VAL_SPLIT].set) t->val_split = PRETRAIN_VAL_SPLIT;
+        if (!v[OPT_EVAL_EVERY].set) t->eval_every = PRETRAIN_EVAL_EVERY;
+        if (!v[OPT_PATIENCE].set) t->patience = 0;
+    }
+}
+
+/* train --init DIR: the encoder's shape, vocabulary and tokenizer are DIR's.
+ * An option that sets one of them to something else is a usage error; the
+ * preset's values are simply replaced. */
+static int apply_init(ac_config *c, const train_args *a)
+{
+    ac_config wanted = *c; /* shallow: labels are not touched */
+    ac_err err;
+    if (ac_train_init_config(c, a->v[OPT_INIT].s, &err))
+        return cli_error("%s", err.msg);
+    static const struct {
+        int option;
+        const char *field;
+        size_t offset; /* of an int in ac_config */
+    } shape[] = {
+        {OPT_D_MODEL, "d_model", offsetof(ac_config, model.d_model)},
+        {OPT_LAYERS, "n_layers", offsetof(ac_config, model.n_layers)},
+        {OPT_HEADS, "n_heads", offsetof(ac_config, model.n_heads)},
+        {OPT_FF, "d_ff", offsetof(ac_config, model.d_ff)},
+        {OPT_VOCAB_SIZE, "vocab_size", offsetof(ac_config, model.vocab_size)},
+        {OPT_MAX_LEN, "max_len", offsetof(ac_config, model.max_len)},
+        {OPT_NGRAMS, "ngram_order", offsetof(ac_config, model.ngram_order)},
+        {OPT_NGRAM_BUCKETS, "ngram_buckets", offsetof(ac_config, model.ngram_buckets)},
+        {OPT_POSITIONS, "positions", offsetof(ac_config, model.positions)},
+        {OPT_TRUNCATION, "truncation", offsetof(ac_config, tokenizer.truncation)},
+    };
+    for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++) {
+        int want = *(const int *)(const void *)((const char *)&wanted + shape[i].offset);
+        int have = *(const int *)(const void *)((const char *)c + shape[i].offset);
+        if (!a->v[shape[i].option].set || want == have)
+            continue;
+        char value[32];
+        if (shape[i].option == OPT_POSITIONS)
+            snprintf(value, sizeof value, "%s", ac_positions_name((ac_positions)have));
+        else if (shape[i].option == OPT_TRUNCATION)
+            snprintf(value, sizeof value, "%s", ac_truncation_name((ac_truncation)have));
+        else
+            snprintf(value, sizeof value, "%d", have);
+        return cli_usage_error("train",
+                               "--%s %s contradicts the model in %s (%s %s): the encoder, its "
+                               "vocabulary and tokenizer come from there",
+                               option_name(shape[i].option), a->v[shape[i].option].s,
+                               a->v[OPT_INIT].s, shape[i].field, value);
+    }
+    if (a->v[OPT_MIN_COUNT].set)
+        return cli_usage_error("train", "--min-count cannot be combined with --init (the "
+                                        "vocabulary comes from %s)",
+                               a->v[OPT_INIT].s);
+    return 0;
 }
 
 /* Model settings are checked before any data is read; the vocabulary size
  * and the class count are only known later, so stand-ins are used. */
-static int validate_config(const ac_config *c)
+static int validate_config(const ac_config *c, const train_args *a)
 {
     ac_model_config m = c->model;
     m.vocab_size = c->training.vocab_max;
@@ -483,9 +641,10 @@ static int validate_config(const ac_config *c)
         m.n_classes = 2;
     ac_err err;
     if (ac_model_config_validate(&m, &err))
-        return cli_usage_error("train", "%s", err.msg);
-    if (c->training.vocab_max < 3 + (c->model.pooling == AC_POOL_CLS))
-        return cli_usage_error("train", "--vocab-size must leave room for the special tokens");
+        return cli_usage_error(a->cmd, "%s", err.msg);
+    if (c->training.vocab_max <
+        3 + (c->model.pooling == AC_POOL_CLS) + (a->kind == CLI_PRETRAIN))
+        return cli_usage_error(a->cmd, "--vocab-size must leave room for the special tokens");
     /* Everything config.json would reject (the run must be resumable). */
     ac_config probe = *c; /* shallow: only the stand-ins below differ */
     char *stand_in_labels[] = {(char *)"class0", (char *)"class1"};
@@ -501,7 +660,7 @@ static int validate_config(const ac_config *c)
     ac_config_free(&back);
     free(json);
     if (rc)
-        return cli_usage_error("train", "%s", err.msg);
+        return cli_usage_error(a->cmd, "%s", err.msg);
     return 0;
 }
 
@@ -573,7 +732,8 @@ static void restore_signals(const saved_signals *saved)
     sigaction(SIGTERM, &saved->old_term, NULL);
 }
 
-static void print_result(const ac_train_result *r, const char *out_dir, const ac_config *cfg)
+static void print_result(const ac_train_result *r, const char *out_dir, const ac_config *cfg,
+                         cli_training_kind kind)
 {
     const char *why = "";
     char reason[160] = "";
@@ -591,7 +751,8 @@ static void print_result(const ac_train_result *r, const char *out_dir, const ac
         break;
     }
     if (r->best_step >= 0 && r->best_val_accuracy >= 0)
-        printf("%sbest validation accuracy %.4f (step %ld of %ld); model saved in %s\n", why,
+        printf("%sbest %s %.4f (step %ld of %ld); model saved in %s\n", why,
+               kind == CLI_PRETRAIN ? "held-out masked-token accuracy" : "validation accuracy",
                r->best_val_accuracy, r->best_step, r->step, out_dir);
     else if (r->model_saved)
         printf("%smodel (step %ld, no validation data) saved in %s\n", why, r->step, out_dir);
@@ -599,14 +760,98 @@ static void print_result(const ac_train_result *r, const char *out_dir, const ac
         printf("%sno model saved\n", why);
 }
 
-int cmd_train(int argc, char **argv)
+/* The data of a run: the labelled training file (and --val-file), or the
+ * unlabelled text files of a pretraining run. */
+static int read_data(const train_args *a, int resume,
+                     const char *train_path, const char *val_path, const ac_config *cfg,
+                     ac_rawdata *train, int *have_train, ac_rawdata *val, int *have_val,
+                     const char **text_column, const char *label_column)
+{
+    ac_err err;
+    int quiet = a->v[OPT_QUIET].set;
+    if (a->kind == CLI_PRETRAIN) {
+        if (ac_rawdata_read_texts(train, (const char *const *)a->paths, a->n_paths,
+                                  (ac_text_format)a->v[OPT_FORMAT].i, *text_column, &err))
+            return cli_error("%s", err.msg);
+        *have_train = 1;
+        warn_about_data(train, a->n_paths == 1 ? a->paths[0] : "the text files", quiet);
+        return 0;
+    }
+    ac_read_options ro = {.text_column = *text_column, .label_column = label_column,
+                          .need_label = 1};
+    if (resume) {
+        ro.classes = cfg->labels;
+        ro.n_classes = cfg->n_labels;
+    }
+    if (ac_rawdata_read(train, train_path, &ro, &err))
+        return cli_error("%s", err.msg);
+    *have_train = 1;
+    warn_about_data(train, train_path, quiet);
+    if (val_path) {
+        ac_read_options vo = ro;
+        vo.classes = train->classes;
+        vo.n_classes = train->n_classes;
+        if (ac_rawdata_read(val, val_path, &vo, &err))
+            return cli_error("%s", err.msg);
+        *have_val = 1;
+        warn_about_data(val, val_path, quiet);
+    }
+    return 0;
+}
+
+/* The settings of a resumed run and where its data was: checkpoint/run.json
+ * and checkpoint/config.json. Files given on the command line replace the
+ * recorded ones (the data moved); they must hold the same bytes. */
+static int resume_sources(train_args *a, const char *out_dir, ac_train_sources *sources,
+                          ac_config *cfg, const char **train_path, const char **val_path,
+                          const char **text_column, const char **label_column)
+{
+    ac_err err;
+    if (ac_train_sources_load(out_dir, sources, &err))
+        return cli_error("%s", err.msg);
+    if ((sources->objective == AC_OBJECTIVE_MASKED_LM) != (a->kind == CLI_PRETRAIN))
+        return cli_error("%s holds a %s run: continue it with attnctl %s --resume %s", out_dir,
+                         a->kind == CLI_PRETRAIN ? "classifier training" : "pretraining",
+                         a->kind == CLI_PRETRAIN ? "train" : "pretrain", out_dir);
+    char ckpt[4096];
+    snprintf(ckpt, sizeof ckpt, "%s/%s", out_dir, AC_CHECKPOINT_SUBDIR);
+    ac_config_free(cfg);
+    if (ac_model_dir_load_config(cfg, ckpt, &err)) {
+        ac_config_defaults(cfg);
+        return cli_error("%s", err.msg);
+    }
+    *text_column = sources->text_column[0] ? sources->text_column : NULL;
+    *label_column = sources->label_column[0] ? sources->label_column : NULL;
+    if (a->kind == CLI_PRETRAIN) {
+        if (a->n_paths == 0) {
+            a->paths = sources->text_files;
+            a->n_paths = sources->n_text_files;
+        }
+        a->v[OPT_FORMAT].i = sources->text_format;
+        return 0;
+    }
+    if (!*train_path)
+        *train_path = sources->train_file;
+    if (!*val_path && sources->val_file[0])
+        *val_path = sources->val_file;
+    if (!(*train_path)[0])
+        return cli_error("%s/%s/%s names no training file; give it: attnctl train --resume %s "
+                         "TRAIN.csv",
+                         out_dir, AC_CHECKPOINT_SUBDIR, AC_RUN_FILE, out_dir);
+    return 0;
+}
+
+int cli_run_training(cli_training_kind kind, int argc, char **argv)
 {
     train_args a;
-    int rc = parse_args(&a, argc, argv);
+    int rc = parse_args(&a, kind, argc, argv);
     if (rc != 0)
         return rc;
     if (a.v[OPT_HELP].set) {
-        print_help();
+        if (kind == CLI_PRETRAIN)
+            cli_pretrain_help();
+        else
+            print_help();
         return CLI_EXIT_OK;
     }
     int quiet = a.v[OPT_QUIET].set;
@@ -623,6 +868,7 @@ int cmd_train(int argc, char **argv)
     ac_config cfg;
     ac_train_sources sources;
     ac_rawdata train, val;
+    memset(&sources, 0, sizeof sources);
     memset(&train, 0, sizeof train);
     memset(&val, 0, sizeof val);
     int have_train = 0, have_val = 0, have_handlers = 0;
@@ -630,37 +876,18 @@ int cmd_train(int argc, char **argv)
     ac_config_defaults(&cfg);
 
     if (resume) {
-        if (ac_train_sources_load(out_dir, &sources, &err)) {
-            rc = cli_error("%s", err.msg);
+        if ((rc = resume_sources(&a, out_dir, &sources, &cfg, &train_path, &val_path,
+                                 &text_column, &label_column)) != 0)
             goto done;
-        }
-        char ckpt[4096];
-        snprintf(ckpt, sizeof ckpt, "%s/%s", out_dir, AC_CHECKPOINT_SUBDIR);
-        ac_config_free(&cfg);
-        if (ac_model_dir_load_config(&cfg, ckpt, &err)) {
-            ac_config_defaults(&cfg);
-            rc = cli_error("%s", err.msg);
-            goto done;
-        }
-        if (!train_path)
-            train_path = sources.train_file;
-        if (!val_path && sources.val_file[0])
-            val_path = sources.val_file;
-        text_column = sources.text_column[0] ? sources.text_column : NULL;
-        label_column = sources.label_column[0] ? sources.label_column : NULL;
-        if (!train_path[0]) {
-            rc = cli_error("%s/%s/%s names no training file; give it: attnctl train --resume %s "
-                           "TRAIN.csv",
-                           out_dir, AC_CHECKPOINT_SUBDIR, AC_RUN_FILE, out_dir);
-            goto done;
-        }
     } else {
         if (a.v[OPT_CONFIG].set && ac_config_load(&cfg, a.v[OPT_CONFIG].s, 0, &err)) {
             rc = cli_error("%s", err.msg);
             goto done;
         }
         apply_overrides(&cfg, &a);
-        if ((rc = validate_config(&cfg)) != 0)
+        if (a.v[OPT_INIT].set && (rc = apply_init(&cfg, &a)) != 0)
+            goto done;
+        if ((rc = validate_config(&cfg, &a)) != 0)
             goto done;
         if (file_exists_in(out_dir, "model.safetensors") ||
             file_exists_in(out_dir, AC_CHECKPOINT_SUBDIR "/trainer_state.json")) {
@@ -677,29 +904,9 @@ int cmd_train(int argc, char **argv)
     have_handlers = 1;
     cli_block_stop_signals(0); /* one that came during start-up is handled now */
 
-    ac_read_options ro = {.text_column = text_column, .label_column = label_column,
-                          .need_label = 1};
-    if (resume) {
-        ro.classes = cfg.labels;
-        ro.n_classes = cfg.n_labels;
-    }
-    if (ac_rawdata_read(&train, train_path, &ro, &err)) {
-        rc = cli_error("%s", err.msg);
+    if ((rc = read_data(&a, resume, train_path, val_path, &cfg, &train, &have_train,
+                        &val, &have_val, &text_column, label_column)) != 0)
         goto done;
-    }
-    have_train = 1;
-    warn_about_data(&train, train_path, quiet);
-    if (val_path) {
-        ac_read_options vo = ro;
-        vo.classes = train.classes;
-        vo.n_classes = train.n_classes;
-        if (ac_rawdata_read(&val, val_path, &vo, &err)) {
-            rc = cli_error("%s", err.msg);
-            goto done;
-        }
-        have_val = 1;
-        warn_about_data(&val, val_path, quiet);
-    }
 
     if (stop_signal) { /* nothing was written yet: nothing to resume */
         fprintf(stderr, "attnctl: interrupted before training started; nothing was saved\n");
@@ -716,13 +923,18 @@ int cmd_train(int argc, char **argv)
         .out_dir = out_dir,
         .resume = resume,
         .max_steps = a.v[OPT_MAX_STEPS].set ? a.v[OPT_MAX_STEPS].i : 0,
-        .train_path = train_path,
+        .train_path = kind == CLI_PRETRAIN ? NULL : train_path,
         .val_path = val_path,
         .text_column = text_column,
         .label_column = label_column,
         .stop = &stop_signal,
         .progress = cli_progress_callback,
         .progress_user = &progress,
+        .objective = kind == CLI_PRETRAIN ? AC_OBJECTIVE_MASKED_LM : AC_OBJECTIVE_CLASSIFICATION,
+        .text_paths = kind == CLI_PRETRAIN ? (const char *const *)a.paths : NULL,
+        .n_text_paths = kind == CLI_PRETRAIN ? a.n_paths : 0,
+        .text_format = (ac_text_format)a.v[OPT_FORMAT].i,
+        .init_dir = a.v[OPT_INIT].set ? a.v[OPT_INIT].s : NULL,
     };
     ac_train_result result;
     int train_rc = ac_train(&to, &result, &err);
@@ -733,15 +945,15 @@ int cmd_train(int argc, char **argv)
     }
     if (result.status == AC_TRAIN_INTERRUPTED) {
         int sig = stop_signal;
-        fprintf(stderr, "attnctl: interrupted at step %ld; resume with: attnctl train --resume ",
-                result.step);
+        fprintf(stderr, "attnctl: interrupted at step %ld; resume with: attnctl %s --resume ",
+                result.step, a.cmd);
         print_shell_word(stderr, out_dir);
         fputc('\n', stderr);
         rc = sig == SIGTERM ? CLI_EXIT_SIGTERM : CLI_EXIT_SIGINT;
         goto done;
     }
     if (!quiet)
-        print_result(&result, out_dir, &cfg);
+        print_result(&result, out_dir, &cfg, kind);
     rc = CLI_EXIT_OK;
 done:
     if (rc == CLI_EXIT_RUNTIME && out_dir && !out_existed)
@@ -752,6 +964,12 @@ done:
         ac_rawdata_free(&train);
     if (have_val)
         ac_rawdata_free(&val);
+    ac_train_sources_free(&sources);
     ac_config_free(&cfg);
     return rc;
+}
+
+int cmd_train(int argc, char **argv)
+{
+    return cli_run_training(CLI_TRAIN, argc, argv);
 }

@@ -3,6 +3,7 @@
  * pretty-printed writer. One table per section drives parsing, range checks
  * and writing, so a key is described in exactly one place. */
 #include "attnctl/io.h"
+#include "attnctl/mlm.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -77,6 +78,7 @@ void ac_config_defaults(ac_config *c)
         .label_smoothing = 0.0f,
         .token_dropout = 0.0f,
         .ema = 0.0f,
+        .mask_frac = AC_MLM_MASK_FRAC,
     };
     snprintf(c->provenance.version, sizeof c->provenance.version, "%s", AC_VERSION);
     c->provenance.best_val_accuracy = -1.0;
@@ -114,6 +116,8 @@ typedef enum {
     K_SEED_TEXT,  /* uint64_t, always written as a decimal string */
     K_POSITIONS,  /* ac_positions */
     K_NGRAM_HASH, /* no storage: the one hashing this version knows (AC_NGRAM_HASH) */
+    K_OBJECTIVE,  /* ac_objective */
+    K_CLASSES,    /* int: 2..hi, or 0 (a masked-LM model has no classes) */
 } key_kind;
 
 /* SINCE_0_2: a key that config.json files of attnctl 0.1 lack; such a file
@@ -128,6 +132,7 @@ static const struct {
     {"positions", AC_POS_SINUSOIDAL}, {"ngram_order", 1}, {"ngram_buckets", 0},
     {"temperature", 1}, {"crop_frac", 0}, {"crop_min", 5}, {"crop_max", 64},
     {"label_smoothing", 0}, {"token_dropout", 0}, {"ema", 0},
+    {"objective", AC_OBJECTIVE_CLASSIFICATION}, {"mask_frac", AC_MLM_MASK_FRAC},
 };
 
 typedef struct {
@@ -155,7 +160,8 @@ static const key_spec MODEL_KEYS[] = {
     {"n_heads", K_INT, AT(model.n_heads), 1, 65536, 0, 0},
     {"d_ff", K_INT, AT(model.d_ff), 1, 65536, 0, 0},
     {"n_layers", K_INT, AT(model.n_layers), 1, AC_MAX_LAYERS, 0, 0},
-    {"n_classes", K_INT, AT(model.n_classes), 2, 1000, 0, 0},
+    {"objective", K_OBJECTIVE, AT(model.objective), 0, 0, SINCE_0_2, 0},
+    {"n_classes", K_CLASSES, AT(model.n_classes), 2, 1000, 0, 0},
     {"pooling", K_POOLING, AT(model.pooling), 0, 0, 0, 0},
     {"dropout", K_FLOAT, AT(model.dropout), 0, 1, HI_OPEN, 0},
     {"ln_eps", K_FLOAT, AT(model.ln_eps), 0, 1, LO_OPEN | HI_OPEN, 0},
@@ -194,6 +200,7 @@ static const key_spec TRAINING_KEYS[] = {
     {"eval_every", K_LONG, AT(training.eval_every), 0, 1e12, 0, 0},
     {"vocab_max", K_I32, AT(training.vocab_max), 3, 10000000, 0, 0},
     {"min_count", K_I64, AT(training.min_count), 1, 1e12, 0, 0},
+    {"mask_frac", K_DOUBLE, AT(training.mask_frac), 0, 1, LO_OPEN | HI_OPEN | SINCE_0_2, 0},
     {"crop_frac", K_DOUBLE, AT(training.crop_frac), 0, 1, SINCE_0_2, 0},
     {"crop_min", K_INT, AT(training.crop_min), 1, 65536, SINCE_0_2, 0},
     {"crop_max", K_INT, AT(training.crop_max), 1, 65536, SINCE_0_2, 0},
@@ -207,6 +214,8 @@ static const key_spec PROVENANCE_KEYS[] = {
     {"train_file", K_STRING, STR(provenance.train_file)},
     {"train_sha256", K_SHA256, AT(provenance.train_sha256), 0, 0, 0, 0},
     {"rows_used", K_I64, AT(provenance.rows_used), 0, MAX_EXACT_INT, 0, 0},
+    {"init_model", K_STRING, AT(provenance.init_model), 0, 0, SINCE_0_2,
+     sizeof(((ac_config *)0)->provenance.init_model)},
     {"date", K_STRING, STR(provenance.date)},
     {"best_val_accuracy", K_ACCURACY, AT(provenance.best_val_accuracy), 0, 1, 0, 0},
 };
@@ -228,6 +237,9 @@ static const section_spec SECTIONS[] = {
 static void describe_expected(const key_spec *k, char *out, size_t n)
 {
     switch (k->kind) {
+    case K_CLASSES:
+        snprintf(out, n, "an integer in %.0f..%.0f (0 for a masked-LM model)", k->lo, k->hi);
+        break;
     case K_INT:
     case K_LONG:
     case K_I64:
@@ -259,6 +271,9 @@ static void describe_expected(const key_spec *k, char *out, size_t n)
         break;
     case K_NGRAM_HASH:
         snprintf(out, n, "\"%s\"", AC_NGRAM_HASH);
+        break;
+    case K_OBJECTIVE:
+        snprintf(out, n, "one of \"classification\", \"masked_lm\"");
         break;
     case K_SEED:
     case K_SEED_TEXT:
@@ -439,6 +454,19 @@ static int store_value(void *base, const key_spec *k, const cJSON *v)
     }
     case K_NGRAM_HASH:
         return cJSON_IsString(v) && strcmp(v->valuestring, AC_NGRAM_HASH) == 0 ? 0 : -1;
+    case K_OBJECTIVE: {
+        ac_objective o;
+        if (!cJSON_IsString(v) || ac_objective_parse(v->valuestring, &o) != 0)
+            return -1;
+        *(ac_objective *)(void *)field = o;
+        return 0;
+    }
+    case K_CLASSES:
+        if (!(cJSON_IsNumber(v) && v->valuedouble == 0.0) &&
+            number_in(v, k->lo, k->hi, k->flags, 1, &d) != 0)
+            return -1;
+        *(int *)(void *)field = (int)v->valuedouble;
+        return 0;
     case K_SEED:
     case K_SEED_TEXT:
         return parse_seed(v, (uint64_t *)(void *)field);
@@ -489,6 +517,7 @@ static void store_legacy(void *base, const key_spec *k)
     case K_FLOAT: *(float *)(void *)field = (float)v; break;
     case K_DOUBLE: *(double *)(void *)field = v; break;
     case K_POSITIONS: *(ac_positions *)(void *)field = (ac_positions)v; break;
+    case K_OBJECTIVE: *(ac_objective *)(void *)field = (ac_objective)v; break;
     default: break; /* K_NGRAM_HASH: nothing stored */
     }
 }
@@ -572,6 +601,8 @@ static int parse_labels(const cJSON *arr, const char *file, char ***out, int *n_
     if (!cJSON_IsArray(arr))
         return ac_err_set(err, "%s: labels: must be an array of strings", file);
     int n = cJSON_GetArraySize(arr);
+    if (n == 0) /* a masked-LM model (checked with the objective, after the model section) */
+        return 0;
     if (n < 2 || n > 1000)
         return ac_err_set(err, "%s: labels: must hold 2..1000 names (got %d)", file, n);
     char **labels = calloc((size_t)n, sizeof *labels);
@@ -632,6 +663,19 @@ static int check_consistency(const ac_config *c, const char *file, int full, ac_
     if (c->tokenizer.head_tokens > m->max_len)
         return ac_err_set(err, "%s: tokenizer.head_tokens: %d exceeds model.max_len (%d)", file,
                           c->tokenizer.head_tokens, m->max_len);
+    if (m->objective == AC_OBJECTIVE_MASKED_LM) {
+        if (m->n_classes != 0)
+            return ac_err_set(err, "%s: model.n_classes: must be 0 for a masked-LM model (got %d)",
+                              file, m->n_classes);
+        if (c->n_labels != 0)
+            return ac_err_set(err, "%s: labels: a masked-LM model has none (got %d)", file,
+                              c->n_labels);
+        return 0;
+    }
+    if (m->n_classes < 2)
+        return ac_err_set(err, "%s: model.n_classes: must be an integer in 2..1000 for a "
+                               "classifier (got %d)",
+                          file, m->n_classes);
     if (full && c->n_labels == 0)
         return ac_err_set(err, "%s: labels: missing required key", file);
     if (c->n_labels != 0 && c->n_labels != m->n_classes)
@@ -734,6 +778,10 @@ int ac_config_parse(ac_config *c, const char *json, size_t len, const char *name
      * labels without n_classes set the class count. */
     if (set_vocab_size && !set_vocab_max)
         tmp.training.vocab_max = tmp.model.vocab_size;
+    if (have_labels && n_new_labels == 0 && tmp.model.objective != AC_OBJECTIVE_MASKED_LM) {
+        ac_err_set(err, "%s: labels: must hold 2..1000 names (got 0)", name);
+        goto done;
+    }
     if (have_labels) {
         if (!set_n_classes)
             tmp.model.n_classes = n_new_labels;
@@ -818,6 +866,10 @@ static cJSON *value_json(const void *base, const key_spec *k)
         return cJSON_CreateString(ac_positions_name(*(const ac_positions *)(const void *)field));
     case K_NGRAM_HASH:
         return cJSON_CreateString(AC_NGRAM_HASH);
+    case K_OBJECTIVE:
+        return cJSON_CreateString(ac_objective_name(*(const ac_objective *)(const void *)field));
+    case K_CLASSES:
+        return integer_raw(*(const int *)(const void *)field);
     case K_SEED: {
         uint64_t s = *(const uint64_t *)(const void *)field;
         char buf[32];

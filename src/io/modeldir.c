@@ -275,7 +275,7 @@ static int same_model_config(const ac_model_config *a, const ac_model_config *b)
     return a->vocab_size == b->vocab_size && a->max_len == b->max_len && a->d_model == b->d_model &&
            a->n_heads == b->n_heads && a->d_ff == b->d_ff && a->n_layers == b->n_layers &&
            a->n_classes == b->n_classes && a->pooling == b->pooling && a->dropout == b->dropout &&
-           a->ln_eps == b->ln_eps;
+           a->ln_eps == b->ln_eps && a->objective == b->objective;
 }
 
 /* vocab.txt as text in memory (ac_vocab_write takes a FILE *). */

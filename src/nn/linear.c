@@ -12,6 +12,12 @@
 /* Rows of dw (output features) handled by one sgemm call; each call reduces over
  * all N rows, so the reduction order never depends on the thread count. */
 #define LINEAR_DW_CHUNK 16
+/* An output layer over a vocabulary (the masked-LM head, out_dim in the
+ * tens of thousands) takes bigger pieces: every call packs all N input rows,
+ * and 16 output rows a call spent more time packing than multiplying
+ * (dw of 1229 rows x 22,357 words x 64: 0.085 s at 16, 0.041 s at 256). */
+#define LINEAR_WIDE_OUT 4096
+#define LINEAR_DW_WIDE_CHUNK 256
 /* Columns of dbias summed by one task. */
 #define LINEAR_DBIAS_CHUNK 16
 
@@ -63,11 +69,12 @@ void linear_backward(float *din, float *dw, float *dbias, const float *dout, con
         }
     }
     if (dw && in_dim > 0) {
-        int n_chunks = chunks_of(out_dim, LINEAR_DW_CHUNK);
+        const int chunk = out_dim >= LINEAR_WIDE_OUT ? LINEAR_DW_WIDE_CHUNK : LINEAR_DW_CHUNK;
+        int n_chunks = chunks_of(out_dim, chunk);
 #pragma omp parallel for schedule(static) if (n_chunks > 1)
         for (int c = 0; c < n_chunks; c++) {
-            int o0 = c * LINEAR_DW_CHUNK;
-            int outs = out_dim - o0 < LINEAR_DW_CHUNK ? out_dim - o0 : LINEAR_DW_CHUNK;
+            int o0 = c * chunk;
+            int outs = out_dim - o0 < chunk ? out_dim - o0 : chunk;
             /* dw[outs, in] += dout[:, o0:o0+outs]^T @ in[N, in] */
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, outs, in_dim, N, 1.0f,
                         dout + o0, out_dim, in, in_dim, 1.0f, dw + (size_t)o0 * in_dim, in_dim);

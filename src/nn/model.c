@@ -73,6 +73,29 @@ int ac_positions_parse(const char *s, ac_positions *out)
     return -1;
 }
 
+const char *ac_objective_name(ac_objective o)
+{
+    switch (o) {
+    case AC_OBJECTIVE_CLASSIFICATION: return "classification";
+    case AC_OBJECTIVE_MASKED_LM: return "masked_lm";
+    }
+    return "unknown";
+}
+
+int ac_objective_parse(const char *s, ac_objective *out)
+{
+    static const ac_objective all[] = {AC_OBJECTIVE_CLASSIFICATION, AC_OBJECTIVE_MASKED_LM};
+    if (!s)
+        return -1;
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        if (strcmp(s, ac_objective_name(all[i])) == 0) {
+            *out = all[i];
+            return 0;
+        }
+    }
+    return -1;
+}
+
 int ac_pooling_parse(const char *s, ac_pooling *out)
 {
     static const ac_pooling all[] = {AC_POOL_MAX, AC_POOL_MEAN, AC_POOL_CLS};
@@ -101,7 +124,14 @@ int ac_model_config_validate(const ac_model_config *cfg, ac_err *err)
         check_range("d_model", cfg->d_model, 1, MAX_DIM, err) ||
         check_range("n_heads", cfg->n_heads, 1, MAX_DIM, err) ||
         check_range("d_ff", cfg->d_ff, 1, MAX_DIM, err) ||
-        check_range("n_layers", cfg->n_layers, 0, AC_MAX_LAYERS, err) ||
+        check_range("n_layers", cfg->n_layers, 0, AC_MAX_LAYERS, err))
+        return -1;
+    if (cfg->objective != AC_OBJECTIVE_CLASSIFICATION && cfg->objective != AC_OBJECTIVE_MASKED_LM)
+        return ac_err_set(err, "model.objective: must be classification or masked_lm");
+    if (cfg->objective == AC_OBJECTIVE_MASKED_LM && cfg->n_classes != 0)
+        return ac_err_set(err, "model.n_classes: must be 0 for a masked-LM model (got %d)",
+                          cfg->n_classes);
+    if (cfg->objective == AC_OBJECTIVE_CLASSIFICATION &&
         check_range("n_classes", cfg->n_classes, 2, MAX_CLASSES, err))
         return -1;
     if (cfg->d_model % cfg->n_heads != 0)
@@ -174,8 +204,12 @@ static size_t build_table(ac_model *m)
             }
         }
     }
-    add_tensor(m, &off, "head.weight", c->n_classes, d);
-    add_tensor(m, &off, "head.bias", c->n_classes, 0);
+    if (c->objective == AC_OBJECTIVE_MASKED_LM) {
+        add_tensor(m, &off, "mlm.bias", c->vocab_size, 0); /* the weight is embed.weight */
+    } else {
+        add_tensor(m, &off, "head.weight", c->n_classes, d);
+        add_tensor(m, &off, "head.bias", c->n_classes, 0);
+    }
     m->dense_params = off;
     /* Last, so that every dense tensor lies before it in one block. */
     if (ac_model_has_ngrams(c)) {
@@ -210,8 +244,10 @@ static void fill_ptrs(ac_param_ptrs *p, float *base, const ac_model *m)
         lp->ln2_w = base + t[i++].offset;
         lp->ln2_b = base + t[i++].offset;
     }
-    p->head_w = base + t[i++].offset;
-    p->head_b = base + t[i++].offset;
+    const int mlm = m->cfg.objective == AC_OBJECTIVE_MASKED_LM;
+    p->head_w = mlm ? NULL : base + t[i++].offset;
+    p->head_b = mlm ? NULL : base + t[i++].offset;
+    p->mlm_bias = mlm ? base + t[i++].offset : NULL;
     p->ngram_w = ac_model_has_ngrams(&m->cfg) ? base + t[i++].offset : NULL;
 }
 
@@ -576,21 +612,22 @@ static void embed_ids(ac_model *m, float *out, const int32_t *ids, const int32_t
     }
 }
 
-/* Everything after act.embed_sum: the embedding LayerNorm (and dropout), the
- * encoder layers, pooling, the head and the loss or probabilities. t is the
- * profile clock started by the caller. */
-static float forward_from_embed_sum(ac_model *m, const int32_t *ids, const int32_t *lengths,
-                                    const int32_t *labels, int B, int T, int train,
-                                    uint64_t dropout_key, int maps, double t)
+/* The encoder after act.embed_sum, shared by every objective: the embedding
+ * LayerNorm (and dropout) and the layers; the output is layer_input(m, L,
+ * drop). Records the forward's state for backward (no labels yet). *t is
+ * the profile clock started by the caller. */
+static void encoder_from_embed_sum(ac_model *m, const int32_t *ids, const int32_t *lengths, int B,
+                                   int T, int train, uint64_t dropout_key, int maps, double *t_clock)
 {
     const ac_model_config *c = &m->cfg;
     ac_activations *a = &m->act;
-    const int d = c->d_model, H = c->n_heads, ff = c->d_ff, L = c->n_layers, C = c->n_classes;
+    const int d = c->d_model, H = c->n_heads, ff = c->d_ff, L = c->n_layers;
     const int N = B * T;
     const size_t Nd = (size_t)N * d;
     const float p = c->dropout;
     const int drop = dropout_active(m, train);
     const float scale = 1.0f / sqrtf((float)(d / H));
+    double t = *t_clock;
 
     layernorm_forward(a->embed_ln, a->embed_mean, a->embed_rstd, a->embed_sum, m->p.embed_norm_w,
                       m->p.embed_norm_b, N, d, c->ln_eps);
@@ -636,6 +673,26 @@ static float forward_from_embed_sum(ac_model *m, const int32_t *ids, const int32
                           w->ln2_b, N, d, c->ln_eps);
         prof_lap(m, &t, m->profile.forward, AC_PART_ADD_NORM);
     }
+    *t_clock = t;
+    m->last_B = B;
+    m->last_T = T;
+    m->last_train = train;
+    m->last_maps_kept = maps;
+    m->last_ids = ids;
+    m->last_lengths = lengths;
+    m->last_labels = NULL;
+}
+
+/* The classifier's head on the encoder's output: pooling, the head and the
+ * loss (with labels) or the probabilities. */
+static float classifier_head_forward(ac_model *m, const int32_t *lengths, const int32_t *labels,
+                                     int B, int T, int train, uint64_t dropout_key, double t)
+{
+    const ac_model_config *c = &m->cfg;
+    ac_activations *a = &m->act;
+    const int d = c->d_model, L = c->n_layers, C = c->n_classes;
+    const float p = c->dropout;
+    const int drop = dropout_active(m, train);
 
     pool_forward(a->pooled, a->pool_argmax, layer_input(m, L, drop), lengths, B, T, d, c->pooling);
     const float *head_in = a->pooled;
@@ -645,13 +702,6 @@ static float forward_from_embed_sum(ac_model *m, const int32_t *ids, const int32
         head_in = a->pooled_drop;
     }
     linear_forward(a->logits, head_in, m->p.head_w, m->p.head_b, B, d, C);
-
-    m->last_B = B;
-    m->last_T = T;
-    m->last_train = train;
-    m->last_maps_kept = maps;
-    m->last_ids = ids;
-    m->last_lengths = lengths;
     m->last_labels = labels;
     float loss = 0.0f;
     /* Outside training, probabilities (and the loss) use the fitted temperature. */
@@ -670,21 +720,23 @@ static float forward_from_embed_sum(ac_model *m, const int32_t *ids, const int32
     return loss;
 }
 
-float ac_model_forward(ac_model *m, const int32_t *ids, const int32_t *lengths,
-                       const int32_t *labels, int B, int T, int train, uint64_t dropout_key)
+/* The batch checked (-1 and nothing computed when it is out of range), token
+ * dropout, the embeddings and the encoder: everything before a head. */
+static int encoder_forward(ac_model *m, const int32_t *ids, const int32_t *lengths,
+                           const int32_t *labels, int B, int T, int train, uint64_t dropout_key,
+                           double *t)
 {
     const ac_model_config *c = &m->cfg;
     ac_activations *a = &m->act;
     if (!a->mem || B < 1 || T < 1 || B > a->max_B || T > a->max_T ||
         !batch_valid(c, ids, lengths, labels, B, T)) {
         m->last_B = 0; /* nothing for backward to differentiate */
-        return NAN;
+        return -1;
     }
     const int N = B * T;
     /* Attention maps (B*H*T*T floats a layer) are stored only when a backward
      * may follow or the caller asked for them: evaluation skips the traffic. */
     const int maps = train || m->keep_attention;
-    double t = prof_start(m);
 
     if (train && m->token_dropout > 0.0f) {
         /* Token dropout: a share of the words become <unk> (their n-grams
@@ -699,7 +751,32 @@ float ac_model_forward(ac_model *m, const int32_t *ids, const int32_t *lengths,
         ids = a->dropped_ids;
     }
     embed_ids(m, a->embed_sum, ids, lengths, B, T);
-    return forward_from_embed_sum(m, ids, lengths, labels, B, T, train, dropout_key, maps, t);
+    encoder_from_embed_sum(m, ids, lengths, B, T, train, dropout_key, maps, t);
+    return 0;
+}
+
+float ac_model_forward(ac_model *m, const int32_t *ids, const int32_t *lengths,
+                       const int32_t *labels, int B, int T, int train, uint64_t dropout_key)
+{
+    double t = prof_start(m);
+    if (m->cfg.objective != AC_OBJECTIVE_CLASSIFICATION ||
+        encoder_forward(m, ids, lengths, labels, B, T, train, dropout_key, &t) != 0) {
+        m->last_B = 0; /* nothing for backward to differentiate */
+        return NAN;
+    }
+    return classifier_head_forward(m, lengths, labels, B, T, train, dropout_key, t);
+}
+
+int ac_model_encoder_forward(ac_model *m, const int32_t *ids, const int32_t *lengths, int B, int T,
+                             int train, uint64_t dropout_key)
+{
+    double t = prof_start(m);
+    return encoder_forward(m, ids, lengths, NULL, B, T, train, dropout_key, &t);
+}
+
+const float *ac_model_encoder_output(const ac_model *m)
+{
+    return layer_input(m, m->cfg.n_layers, dropout_active(m, m->last_train));
 }
 
 int ac_model_embed(ac_model *m, float *out, const int32_t *ids, const int32_t *lengths, int B,
@@ -718,8 +795,8 @@ float ac_model_forward_embedded(ac_model *m, const float *embed_sum, const int32
                                 const int32_t *labels, int B, int T)
 {
     ac_activations *a = &m->act;
-    if (!a->mem || B < 1 || T < 1 || B > a->max_B || T > a->max_T ||
-        !batch_valid(&m->cfg, NULL, lengths, labels, B, T)) {
+    if (m->cfg.objective != AC_OBJECTIVE_CLASSIFICATION || !a->mem || B < 1 || T < 1 ||
+        B > a->max_B || T > a->max_T || !batch_valid(&m->cfg, NULL, lengths, labels, B, T)) {
         m->last_B = 0;
         return NAN;
     }
@@ -727,48 +804,35 @@ float ac_model_forward_embedded(ac_model *m, const float *embed_sum, const int32
     size_t n = (size_t)B * (size_t)T * (size_t)m->cfg.d_model;
     if (embed_sum != a->embed_sum)
         memmove(a->embed_sum, embed_sum, n * sizeof *embed_sum);
-    return forward_from_embed_sum(m, NULL, lengths, labels, B, T, 0, 0, 1, t);
+    encoder_from_embed_sum(m, NULL, lengths, B, T, 0, 0, 1, &t);
+    return classifier_head_forward(m, lengths, labels, B, T, 0, 0, t);
 }
 
 /* ----------------------------------------------------------------- backward */
 
-/* Backward from act.grad_logits (already filled) down to the embedding
- * block. g: where parameter gradients are added (NULL: none are computed).
- * d_embed_sum == NULL: the gradient of the embedding sum is scattered into the
- * token, position and n-gram tables of g; else it is added into d_embed_sum
- * [B, T, d] and the tables are left alone.
+/* The encoder's backward, from dL/d(output) in act.grad_a (which it then
+ * overwrites) down to the embedding block. g: where parameter gradients are
+ * added (NULL: none are computed). d_embed_sum == NULL: the gradient of the
+ * embedding sum is scattered into the token, position and n-gram tables of
+ * g; else it is added into d_embed_sum [B, T, d] and the tables are left
+ * alone.
  * Every scratch gradient is zeroed before a layer backward adds into it.
- * Pad positions: pooling sends them no gradient, attention gives pad keys
+ * Pad positions: the heads send them no gradient, attention gives pad keys
  * probability 0 and pad queries zero rows, LayerNorm/Linear map a zero row to
  * a zero row, and the embedding backward skips pads, so pads add nothing. */
-static void backward_from_logits(ac_model *m, const ac_param_ptrs *g, float *d_embed_sum, double t)
+static void encoder_backward(ac_model *m, const ac_param_ptrs *g, float *d_embed_sum, double t)
 {
     static const ac_layer_params no_layer_grads; /* all NULL */
     const ac_model_config *c = &m->cfg;
     ac_activations *a = &m->act;
     const int B = m->last_B, T = m->last_T;
-    const int d = c->d_model, H = c->n_heads, ff = c->d_ff, L = c->n_layers, C = c->n_classes;
+    const int d = c->d_model, H = c->n_heads, ff = c->d_ff, L = c->n_layers;
     const int N = B * T;
     const size_t Nd = (size_t)N * d, Nff = (size_t)N * ff;
     const int drop = dropout_active(m, m->last_train);
     const float scale = 1.0f / sqrtf((float)(d / H));
     const int32_t *lengths = m->last_lengths;
-
-    /* Head and pooling. */
-    zero_floats(a->grad_pooled, (size_t)B * d);
-    if (drop) {
-        zero_floats(a->grad_c, (size_t)B * d);
-        linear_backward(a->grad_c, g ? g->head_w : NULL, g ? g->head_b : NULL, a->grad_logits,
-                        a->pooled_drop, m->p.head_w, B, d, C);
-        dropout_backward(a->grad_pooled, a->grad_c, a->pooled_mask, (size_t)B * d);
-    } else {
-        linear_backward(a->grad_pooled, g ? g->head_w : NULL, g ? g->head_b : NULL,
-                        a->grad_logits, a->pooled, m->p.head_w, B, d, C);
-    }
     float *dx = a->grad_a; /* gradient w.r.t. the current layer's output */
-    zero_floats(dx, Nd);
-    pool_backward(dx, a->grad_pooled, a->pool_argmax, lengths, B, T, d, c->pooling);
-    prof_lap(m, &t, m->profile.backward, AC_PART_HEAD);
 
     for (int l = L - 1; l >= 0; l--) {
         const ac_layer_params *w = &m->p.layers[l];
@@ -851,6 +915,35 @@ static void backward_from_logits(ac_model *m, const ac_param_ptrs *g, float *d_e
     prof_lap(m, &t, m->profile.backward, AC_PART_EMBED);
 }
 
+/* The classifier's backward from act.grad_logits (already filled): its head
+ * and pooling into act.grad_a, then the encoder (g and d_embed_sum as for
+ * encoder_backward). */
+static void backward_from_logits(ac_model *m, const ac_param_ptrs *g, float *d_embed_sum, double t)
+{
+    const ac_model_config *c = &m->cfg;
+    ac_activations *a = &m->act;
+    const int B = m->last_B, T = m->last_T;
+    const int d = c->d_model, C = c->n_classes;
+    const size_t Nd = (size_t)B * T * d;
+    const int drop = dropout_active(m, m->last_train);
+
+    zero_floats(a->grad_pooled, (size_t)B * d);
+    if (drop) {
+        zero_floats(a->grad_c, (size_t)B * d);
+        linear_backward(a->grad_c, g ? g->head_w : NULL, g ? g->head_b : NULL, a->grad_logits,
+                        a->pooled_drop, m->p.head_w, B, d, C);
+        dropout_backward(a->grad_pooled, a->grad_c, a->pooled_mask, (size_t)B * d);
+    } else {
+        linear_backward(a->grad_pooled, g ? g->head_w : NULL, g ? g->head_b : NULL,
+                        a->grad_logits, a->pooled, m->p.head_w, B, d, C);
+    }
+    zero_floats(a->grad_a, Nd);
+    pool_backward(a->grad_a, a->grad_pooled, a->pool_argmax, m->last_lengths, B, T, d,
+                  c->pooling);
+    prof_lap(m, &t, m->profile.backward, AC_PART_HEAD);
+    encoder_backward(m, g, d_embed_sum, t);
+}
+
 void ac_model_backward(ac_model *m)
 {
     ac_activations *a = &m->act;
@@ -863,9 +956,19 @@ void ac_model_backward(ac_model *m)
     backward_from_logits(m, &m->g, NULL, t);
 }
 
+void ac_model_encoder_backward(ac_model *m, const float *d_output)
+{
+    if (m->last_B < 1 || !m->last_maps_kept || !m->last_ids)
+        return; /* no forward from ids with attention maps to differentiate */
+    if (d_output != m->act.grad_a)
+        memcpy(m->act.grad_a, d_output,
+               (size_t)m->last_B * m->last_T * m->cfg.d_model * sizeof *d_output);
+    encoder_backward(m, &m->g, NULL, prof_start(m));
+}
+
 int ac_model_backward_embedded(ac_model *m, const float *dlogits, float *d_embed_sum)
 {
-    if (m->last_B < 1 || !m->last_maps_kept)
+    if (m->last_B < 1 || !m->last_maps_kept || m->cfg.objective != AC_OBJECTIVE_CLASSIFICATION)
         return -1;
     double t = prof_start(m);
     memcpy(m->act.grad_logits, dlogits, (size_t)m->last_B * m->cfg.n_classes * sizeof *dlogits);

@@ -79,6 +79,10 @@ typedef struct {
     int32_t *slots;
     size_t n_slots;
     int labels_off; /* label column unusable without need_label: labels come back NULL */
+
+    /* opt->lines: the current line, gathered across read chunks */
+    char *line_buf;
+    size_t line_len, line_cap;
 } reader;
 
 /* ------------------------------------------------------------ messages */
@@ -661,6 +665,49 @@ static int feed(reader *r, struct csv_parser *p, const char *s, size_t n)
     return r->failed ? -1 : 0;
 }
 
+/* Plain text: one text a line. The line ends at LF (a CR before it is
+ * dropped); bytes gather in line_buf until then. */
+static int end_line(reader *r)
+{
+    size_t len = r->line_len;
+    if (len > 0 && r->line_buf[len - 1] == '\r')
+        len--;
+    if (len > 0 && memchr(r->line_buf, '\0', len))
+        return fail(r, r->line, "NUL byte: this is not a text file (one document a line)");
+    r->row_line = r->seg_line = r->line;
+    r->field_idx = 0;
+    r->row_end = r->text_used;
+    r->row_invalid = 0;
+    if (text_field(r, r->line_buf ? r->line_buf : "", len) != 0)
+        return -1;
+    r->field_idx = r->n_cols;
+    if (row_done(r) != 0)
+        return -1;
+    r->line++;
+    r->line_len = 0;
+    return 0;
+}
+
+static int feed_lines(reader *r, const char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n && !r->failed) {
+        const char *nl = memchr(s + i, '\n', n - i);
+        size_t piece = nl ? (size_t)(nl - (s + i)) : n - i;
+        if (ac_grow((void **)&r->line_buf, &r->line_cap, r->line_len + piece + 1, 1))
+            return out_of_memory(r);
+        memcpy(r->line_buf + r->line_len, s + i, piece);
+        r->line_len += piece;
+        i += piece;
+        if (nl) {
+            if (end_line(r) != 0)
+                return -1;
+            i++;
+        }
+    }
+    return r->failed ? -1 : 0;
+}
+
 /* Reads the whole stream through the parser; 0 or -1 (r->failed). */
 static int parse_stream(reader *r, gzFile gz)
 {
@@ -693,7 +740,10 @@ static int parse_stream(reader *r, gzFile gz)
         if (first && n >= 3 && memcmp(buf, "\xEF\xBB\xBF", 3) == 0)
             skip = 3; /* the BOM is not part of the first column's name */
         first = 0;
-        feed(r, &p, buf + skip, (size_t)n - skip);
+        if (r->opt->lines)
+            feed_lines(r, buf + skip, (size_t)n - skip);
+        else
+            feed(r, &p, buf + skip, (size_t)n - skip);
     }
     if (!r->failed) {
         int errnum;
@@ -702,7 +752,10 @@ static int parse_stream(reader *r, gzFile gz)
             fail(r, r->seg_line, "gzip data cut short (the file is truncated)");
     }
     /* From here on seg_line is the line of the last byte: where the end of the file is. */
-    if (!r->failed) {
+    if (!r->failed && r->opt->lines) {
+        if (r->line_len > 0) /* the last line has no line break */
+            end_line(r);
+    } else if (!r->failed) {
         if (csv_fini(&p, on_field, on_row, r) != 0 && !r->failed) {
             if (csv_error(&p) == CSV_EPARSE)
                 fail(r, r->seg_line,
@@ -727,6 +780,12 @@ static int finish(reader *r)
     const ac_read_options *o = r->opt;
     if (r->rows_seen == 0)
         return fail(r, 1, "empty file (no header)");
+    if (d->n_rows == 0 && o->lines) {
+        if (d->n_empty_skipped)
+            return fail(r, 1, "no text (%lld blank line(s) skipped)",
+                        (long long)d->n_empty_skipped);
+        return fail(r, 1, "empty file (no text)");
+    }
     if (d->n_rows == 0) {
         if (d->n_empty_skipped)
             return fail(r, 1, "no data rows (%lld row(s) with an empty text skipped)",
@@ -764,6 +823,7 @@ static void reader_free(reader *r)
     free(r->cls_len);
     free(r->slots);
     free(r->label);
+    free(r->line_buf);
 }
 
 int ac_rawdata_read(ac_rawdata *out, const char *path, const ac_read_options *opt, ac_err *err)
@@ -778,6 +838,13 @@ int ac_rawdata_read(ac_rawdata *out, const char *path, const ac_read_options *op
     r.d = out;
     r.line = r.seg_line = r.row_line = r.field_line = 1;
     r.text_col = r.label_col = SIZE_MAX;
+    if (r.opt->lines) {
+        if (r.opt->text_column || r.opt->label_column || r.opt->need_label || r.opt->classes)
+            return ac_err_set(err, "%s: internal error: a plain-text file has no columns or labels",
+                              path);
+        /* No header and no columns: every line is a row, all of it the text. */
+        r.rows_seen = 1;
+    }
 
     for (int i = 0; r.opt->classes && i < r.opt->n_classes && !r.failed; i++) {
         const char *c = r.opt->classes[i];

@@ -16,7 +16,8 @@
 #include "attnctl/text.h"
 #include "text_internal.h"
 
-static const char *const SPECIALS[] = {"<pad>", "<unk>", "<cls>"};
+static const char *const SPECIALS[] = {"<pad>", "<unk>", "<cls>", "<mask>"};
+enum { SPECIAL_CLS = 2, SPECIAL_MASK = 3 };
 
 /* Rows are handed to threads in chunks this big (dynamic schedule). */
 #define COUNT_CHUNK_ROWS 256
@@ -116,6 +117,7 @@ static int count_table_add(count_table *t, const char *s, uint32_t len, uint64_t
 static void vocab_zero(ac_vocab *v)
 {
     memset(v, 0, sizeof *v);
+    v->mask_id = -1;
 }
 
 void ac_vocab_free(ac_vocab *v)
@@ -288,10 +290,12 @@ static int count_tokens(count_table *total, const ac_rawdata *data, const int64_
 
 int ac_vocab_build(ac_vocab *v, const ac_rawdata *data, const int64_t *idx, int64_t n,
                    const ac_tokenizer_config *tcfg, int32_t max_size, int64_t min_count,
-                   int with_cls, ac_err *err)
+                   int specials, ac_err *err)
 {
     vocab_zero(v);
-    int32_t n_specials = with_cls ? 3 : 2;
+    const int with_cls = (specials & AC_VOCAB_WITH_CLS) != 0;
+    const int with_mask = (specials & AC_VOCAB_WITH_MASK) != 0;
+    int32_t n_specials = 2 + with_cls + with_mask;
     if (max_size < n_specials)
         return ac_err_set(err, "vocabulary size %d is too small: the %d special tokens need %d",
                           (int)max_size, (int)n_specials, (int)n_specials);
@@ -329,11 +333,13 @@ int ac_vocab_build(ac_vocab *v, const ac_rawdata *data, const int64_t *idx, int6
         keep = n_ranked;
 
     v->size = n_specials + (int32_t)keep;
-    v->with_cls = with_cls != 0;
+    v->with_cls = with_cls;
+    v->mask_id = with_mask ? 2 + with_cls : -1;
     v->tokens = calloc((size_t)v->size, sizeof *v->tokens);
     int ok = v->tokens != NULL;
     for (int32_t i = 0; ok && i < n_specials; i++)
-        ok = (v->tokens[i] = strdup(SPECIALS[i])) != NULL;
+        ok = (v->tokens[i] = strdup(SPECIALS[i < 2 ? i : i == 2 && with_cls ? SPECIAL_CLS
+                                                                             : SPECIAL_MASK])) != NULL;
     for (size_t i = 0; ok && i < keep; i++) {
         const ranked_token *r = &ranked[i];
         /* vocab.txt is one token a line; the tokenizer never yields a newline or NUL */
@@ -409,11 +415,21 @@ int ac_vocab_load(ac_vocab *v, const char *path, ac_err *err)
                        path, (long long)lineno, SPECIALS[lineno - 1], SHOW_TOKEN, line);
             goto done;
         }
-        if (lineno == 3 && strcmp(line, SPECIALS[2]) == 0)
+        if (lineno == 3 && strcmp(line, SPECIALS[SPECIAL_CLS]) == 0)
             v->with_cls = 1;
-        else if (strcmp(line, SPECIALS[2]) == 0) {
+        else if (strcmp(line, SPECIALS[SPECIAL_CLS]) == 0) {
             ac_err_set(err, "%s:%lld: \"<cls>\" may only be line 3", path, (long long)lineno);
             goto done;
+        }
+        /* <mask> follows the other specials: line 3, or 4 after <cls>. */
+        if (strcmp(line, SPECIALS[SPECIAL_MASK]) == 0) {
+            if (lineno != 3 + v->with_cls) {
+                ac_err_set(err, "%s:%lld: \"<mask>\" may only follow <unk> (line 3) or <cls> "
+                                "(line 4)",
+                           path, (long long)lineno);
+                goto done;
+            }
+            v->mask_id = (int32_t)(lineno - 1);
         }
         if (lineno >= INT32_MAX) {
             ac_err_set(err, "%s:%lld: too many tokens", path, (long long)lineno);

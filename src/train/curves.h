@@ -23,10 +23,16 @@ typedef struct {
     double elapsed_s;
 } ac_metric_point;
 
+/* What the curves are called (NULL: a classifier's: "Training",
+ * "validation loss", "validation accuracy"). */
+typedef struct {
+    const char *title, *val_loss, *accuracy;
+} ac_curves_labels;
+
 /* A self-contained SVG document (starts with "<svg", ends with "</svg>\n"):
  * training and validation loss, and validation accuracy, against step.
  * Returns a malloc'd string, or NULL when out of memory. n may be 0. */
-char *ac_curves_svg(const ac_metric_point *pts, int n);
+char *ac_curves_svg(const ac_metric_point *pts, int n, const ac_curves_labels *labels);
 
 /* A self-contained SVG reliability diagram (starts with "<svg", ends with
  * "</svg>\n"): for each confidence bin of r a bar at the bin's accuracy,

@@ -260,8 +260,12 @@ void svg_draw_message(svg_buf *sb, const svg_plot *p, const char *msg)
                p->x0 + p->w / 2, p->y0 + p->h / 2, msg);
 }
 
-char *ac_curves_svg(const ac_metric_point *pts, int n)
+char *ac_curves_svg(const ac_metric_point *pts, int n, const ac_curves_labels *labels)
 {
+    static const ac_curves_labels CLASSIFIER = {"Training", "validation loss",
+                                                "validation accuracy"};
+    if (!labels)
+        labels = &CLASSIFIER;
     svg_buf sb = {0};
     int height = TITLE_HEIGHT + 2 * PANEL_HEIGHT;
     svg_printf(&sb,
@@ -269,8 +273,10 @@ char *ac_curves_svg(const ac_metric_point *pts, int n)
                "viewBox=\"0 0 %d %d\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n"
                "<title>attnctl training curves</title>\n"
                "<rect width=\"100%%\" height=\"100%%\" fill=\"#fff\"/>\n"
-               "<text x=\"%d\" y=\"22\" font-size=\"15\" font-weight=\"bold\">Training</text>\n",
+               "<text x=\"%d\" y=\"22\" font-size=\"15\" font-weight=\"bold\">",
                SVG_WIDTH, height, SVG_WIDTH, height, MARGIN_LEFT);
+    svg_xml_text(&sb, labels->title);
+    svg_printf(&sb, "</text>\n");
 
     long max_step = 1;
     for (int i = 0; i < n; i++)
@@ -309,7 +315,7 @@ char *ac_curves_svg(const ac_metric_point *pts, int n)
             dashed[k++] = 0;
         }
         if (n_val) {
-            names[k] = "validation loss";
+            names[k] = labels->val_loss;
             colors[k] = COLOR_VAL_LOSS;
             dashed[k++] = 1;
         }
@@ -333,10 +339,10 @@ char *ac_curves_svg(const ac_metric_point *pts, int n)
         if (acc.yr.hi <= acc.yr.lo)
             acc.yr = (svg_axis){0, 1, 0.2};
     }
-    svg_draw_axes(&sb, &acc, "step", "validation accuracy");
+    svg_draw_axes(&sb, &acc, "step", labels->accuracy);
     if (count) {
         draw_series(&sb, &acc, pts, n, offsetof(ac_metric_point, val_accuracy), COLOR_VAL_ACC, 0);
-        const char *names[] = {"validation accuracy"};
+        const char *names[] = {labels->accuracy};
         const char *colors[] = {COLOR_VAL_ACC};
         const int dashed[] = {0};
         draw_legend(&sb, &acc, names, colors, dashed, 1);

@@ -11,23 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "attnctl/metrics.h"
-#include "attnctl/model.h"
-#include "attnctl/optim.h"
 #include "attnctl/rng.h"
-#include "curves.h"
-#include "ema.h"
-
-/* Sub-streams of the seed, one per use of randomness, so that e.g. the
- * shuffle of epoch 3 never shares draws with the dropout of step 3. */
-enum {
-    STREAM_SPLIT = 1,
-    STREAM_INIT = 2,
-    STREAM_SHUFFLE = 3,
-    STREAM_DROPOUT = 4,
-    STREAM_CROP = 5,  /* which training rows are cropped, per epoch */
-    STREAM_SPANS = 6, /* the fixed short spans of the validation rows */
-};
+#include "trainer_internal.h"
 
 /* Short-span validation: one span of this many tokens per validation row. */
 #define SPAN_MIN_TOKENS 5
@@ -39,47 +24,6 @@ enum {
 #define METRICS_MAX_BYTES ((size_t)256 << 20)
 #define RUN_FILE_MAX_BYTES ((size_t)1 << 20)
 
-typedef struct {
-    const ac_train_options *opt;
-    ac_config cfg;
-    int have_cfg;
-    ac_vocab vocab;
-    int have_vocab;
-    ac_model model;
-    int have_model;
-    ac_corpus train_corpus, val_corpus;
-    int have_train_corpus, have_val_corpus;
-    const ac_corpus *val_src; /* the corpus holding the validation rows */
-    int64_t *train_idx, *val_idx;
-    int64_t n_train, n_val;
-    ac_batch_plan plan; /* training batches of epoch plan_epoch */
-    int plan_epoch;     /* -1: none */
-    ac_batch_plan val_plan;
-    int have_val_plan;
-    ac_batch_plan span_plan; /* the same rows cut to short spans */
-    int have_span_plan;
-    float *val_logits;       /* [n_val, C] raw logits of the last validation pass */
-    int32_t *val_labels;     /* [n_val] */
-    ac_metrics val_metrics;  /* calibration of the validation rows at the fitted temperature */
-    int have_val_metrics;
-    float *val_probs;        /* [C] scratch */
-    int64_t *val_predicted;  /* [C] predictions per class in one evaluation */
-    ac_batch batch; /* buffers for batch_size x max_len */
-    ac_ema ema;     /* averaged weights (training.ema > 0) */
-    int have_ema;
-    float *m1, *m2;
-    ac_optim_config optim;
-    ac_trainer_state state;
-    long batches_per_epoch, total_steps, stop_step;
-    long ckpt_step; /* step of the checkpoint on disk from this run, -1 none */
-    ac_metric_point *points;
-    int n_points, cap_points;
-    char *ckpt_dir, *metrics_path, *svg_path, *calibration_path;
-    double elapsed_base; /* elapsed_s of earlier sessions (last kept evaluation) */
-    size_t memory_bytes;
-    int model_saved;
-} trainer;
-
 /* ------------------------------------------------------------------ helpers */
 
 static double now_s(void)
@@ -89,7 +33,7 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static char *path_join(const char *dir, const char *name, ac_err *err)
+char *trainer_path_join(const char *dir, const char *name, ac_err *err)
 {
     size_t n = strlen(dir) + strlen(name) + 2;
     char *p = malloc(n);
@@ -186,12 +130,16 @@ static int write_sources(const trainer *t, ac_err *err)
         !cJSON_AddStringToObject(root, "val_file",
                                  abs_val ? abs_val : o->val_path ? o->val_path : "") ||
         !cJSON_AddStringToObject(root, "text_column", o->text_column ? o->text_column : "") ||
-        !cJSON_AddStringToObject(root, "label_column", o->label_column ? o->label_column : ""))
+        !cJSON_AddStringToObject(root, "label_column", o->label_column ? o->label_column : "") ||
+        !cJSON_AddStringToObject(root, "objective", ac_objective_name(t->cfg.model.objective)))
         goto oom;
+    if (t->cfg.model.objective == AC_OBJECTIVE_MASKED_LM &&
+        pretrain_sources_to_json(t, root, err) != 0)
+        goto done;
     char *text = cJSON_Print(root);
     if (!text)
         goto oom;
-    char *path = path_join(t->ckpt_dir, AC_RUN_FILE, err);
+    char *path = trainer_path_join(t->ckpt_dir, AC_RUN_FILE, err);
     if (path) {
         size_t len = strlen(text);
         text[len] = '\n'; /* replaces the NUL; written with its length */
@@ -248,11 +196,33 @@ int ac_train_sources_load(const char *out_dir, ac_train_sources *s, ac_err *err)
                  json_string_field(root, "label_column", s->label_column,
                                    sizeof s->label_column, path, err))
             rc = -1;
+        const cJSON *objective = cJSON_GetObjectItemCaseSensitive(root, "objective");
+        if (rc == 0 && objective &&
+            (!cJSON_IsString(objective) ||
+             ac_objective_parse(objective->valuestring, &s->objective) != 0))
+            rc = ac_err_set(err, "%s: objective: must be \"classification\" or \"masked_lm\"",
+                            path);
+        if (rc == 0 && s->objective == AC_OBJECTIVE_MASKED_LM)
+            rc = pretrain_sources_from_json(root, s, path, err);
         cJSON_Delete(root);
     }
     free(data);
     free(path);
+    if (rc != 0)
+        ac_train_sources_free(s);
     return rc;
+}
+
+void ac_train_sources_free(ac_train_sources *s)
+{
+    for (int i = 0; i < s->n_text_files; i++) {
+        free(s->text_files[i]);
+        free(s->text_sha256[i]);
+    }
+    free(s->text_files);
+    free(s->text_sha256);
+    s->text_files = s->text_sha256 = NULL;
+    s->n_text_files = 0;
 }
 
 /* -------------------------------------------------------- metrics.jsonl */
@@ -302,7 +272,11 @@ static int write_metrics_and_curves(const trainer *t, ac_err *err)
     free(text);
     if (rc)
         return rc;
-    char *svg = ac_curves_svg(t->points, t->n_points);
+    static const ac_curves_labels PRETRAINING = {"Pretraining (masked LM)", "held-out loss",
+                                                 "masked-token accuracy (held out)"};
+    char *svg = ac_curves_svg(t->points, t->n_points,
+                              t->cfg.model.objective == AC_OBJECTIVE_MASKED_LM ? &PRETRAINING
+                                                                               : NULL);
     if (!svg)
         return ac_err_set(err, "out of memory");
     rc = ac_write_file_atomic(t->svg_path, svg, strlen(svg), err);
@@ -401,7 +375,7 @@ static char *ema_path(const trainer *t, long step, ac_err *err)
 {
     char name[64];
     snprintf(name, sizeof name, "ema-%ld.safetensors", step);
-    return path_join(t->ckpt_dir, name, err);
+    return trainer_path_join(t->ckpt_dir, name, err);
 }
 
 static int save_ema(trainer *t, ac_err *err)
@@ -450,7 +424,7 @@ static void remove_other_ema(const trainer *t)
         size_t len = strlen(n);
         if (strncmp(n, "ema-", 4) == 0 && len > 16 &&
             strcmp(n + len - 12, ".safetensors") == 0 && strcmp(n, keep_name) != 0) {
-            char *p = path_join(t->ckpt_dir, n, NULL);
+            char *p = trainer_path_join(t->ckpt_dir, n, NULL);
             if (p)
                 unlink(p);
             free(p);
@@ -518,9 +492,21 @@ static int split_rows(trainer *t, ac_err *err)
         return 0;
     }
     if (tc->val_split > 0) {
-        if (ac_split_stratified(o->train->labels, o->train->n_rows, tc->val_split,
-                                ac_rng_key(tc->seed, STREAM_SPLIT), &t->train_idx, &t->n_train,
-                                &t->val_idx, &t->n_val, err))
+        /* Unlabelled texts: a random split (one class, all zeros). */
+        int32_t *one_class = NULL;
+        const int32_t *labels = o->train->labels;
+        if (t->cfg.model.objective == AC_OBJECTIVE_MASKED_LM) {
+            one_class = calloc((size_t)(o->train->n_rows > 0 ? o->train->n_rows : 1),
+                               sizeof *one_class);
+            if (!one_class)
+                return ac_err_set(err, "out of memory");
+            labels = one_class;
+        }
+        int rc = ac_split_stratified(labels, o->train->n_rows, tc->val_split,
+                                     ac_rng_key(tc->seed, STREAM_SPLIT), &t->train_idx,
+                                     &t->n_train, &t->val_idx, &t->n_val, err);
+        free(one_class);
+        if (rc)
             return ac_err_prefix(err, "validation split");
     } else {
         t->n_train = o->train->n_rows;
@@ -561,17 +547,20 @@ static int allocate_training_memory(trainer *t, ac_err *err)
     size_t act = ac_model_activation_bytes(mc, B, T);
     size_t params = t->model.n_params * sizeof(float) * 4; /* weights, grads, 2 moments */
     size_t batch = (size_t)B * (size_t)T * sizeof(int32_t) + (size_t)B * 16;
-    t->memory_bytes = act + params + batch;
+    size_t head = mc->objective == AC_OBJECTIVE_MASKED_LM ? pretrain_memory_bytes(t) : 0;
+    t->memory_bytes = act + params + batch + head;
     const double mib = 1024.0 * 1024.0;
     long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
     if (pages > 0 && page_size > 0 &&
         (double)t->memory_bytes > (double)pages * (double)page_size)
         return ac_err_set(err,
                           "training needs about %.0f MiB (activations for batch %d x %d tokens: "
-                          "%.0f MiB; weights, gradients and AdamW moments: %.0f MiB) but the "
-                          "machine has %.0f MiB; lower --batch-size or --max-len",
+                          "%.0f MiB; weights, gradients and AdamW moments: %.0f MiB; masked-LM "
+                          "output layer: %.0f MiB) but the machine has %.0f MiB; lower "
+                          "--batch-size or --max-len",
                           (double)t->memory_bytes / mib, B, T, (double)act / mib,
-                          (double)params / mib, (double)pages * (double)page_size / mib);
+                          (double)params / mib, (double)head / mib,
+                          (double)pages * (double)page_size / mib);
     if (ac_model_alloc_activations(&t->model, B, T, err))
         return ac_err_prefix(err,
                              "allocating %.0f MiB of activations for batch %d x %d tokens "
@@ -587,6 +576,8 @@ static int allocate_training_memory(trainer *t, ac_err *err)
         !t->batch.rows)
         return ac_err_set(err, "out of memory allocating %.0f MiB for the optimizer state",
                           (double)params / mib / 2);
+    if (mc->objective == AC_OBJECTIVE_MASKED_LM)
+        return pretrain_setup(t, err);
     return 0;
 }
 
@@ -614,18 +605,30 @@ static int setup_fresh(trainer *t, ac_err *err)
     t->cfg.labels = NULL;
     t->cfg.n_labels = 0;
     t->have_cfg = 1;
-    if (set_labels(&t->cfg, o->train, err))
+    const int masked_lm = o->objective == AC_OBJECTIVE_MASKED_LM;
+    t->cfg.model.objective = o->objective;
+    if (!masked_lm && set_labels(&t->cfg, o->train, err))
         return -1;
     if (split_rows(t, err))
         return -1;
 
     const ac_train_config *tc = &t->cfg.training;
-    if (ac_vocab_build(&t->vocab, o->train, t->train_idx, t->n_train, &t->cfg.tokenizer,
-                       tc->vocab_max, tc->min_count, t->cfg.model.pooling == AC_POOL_CLS, err))
-        return ac_err_prefix(err, "building the vocabulary");
-    t->have_vocab = 1;
+    if (o->init_dir) {
+        if (trainer_take_init(t, err))
+            return -1;
+    } else {
+        /* Pretraining learns from all its text; a classifier's vocabulary
+         * comes from its training rows only. */
+        int specials = (t->cfg.model.pooling == AC_POOL_CLS ? AC_VOCAB_WITH_CLS : 0) |
+                       (masked_lm ? AC_VOCAB_WITH_MASK : 0);
+        if (ac_vocab_build(&t->vocab, o->train, masked_lm ? NULL : t->train_idx,
+                           masked_lm ? o->train->n_rows : t->n_train, &t->cfg.tokenizer,
+                           tc->vocab_max, tc->min_count, specials, err))
+            return ac_err_prefix(err, "building the vocabulary");
+        t->have_vocab = 1;
+    }
     t->cfg.model.vocab_size = t->vocab.size;
-    t->cfg.model.n_classes = o->train->n_classes;
+    t->cfg.model.n_classes = masked_lm ? 0 : o->train->n_classes;
     t->cfg.model.temperature = 1.0f; /* fitted on the validation rows as training goes */
     if (ac_model_config_validate(&t->cfg.model, err))
         return ac_err_prefix(err, "model configuration");
@@ -635,13 +638,20 @@ static int setup_fresh(trainer *t, ac_err *err)
         return ac_err_prefix(err, "creating the model");
     t->have_model = 1;
     ac_model_init_weights(&t->model, ac_rng_key(tc->seed, STREAM_INIT));
+    if (o->init_dir && trainer_copy_init_weights(t, err))
+        return -1;
     if (allocate_training_memory(t, err))
         return -1;
 
     ac_provenance *pv = &t->cfg.provenance;
     memset(pv, 0, sizeof *pv);
     snprintf(pv->version, sizeof pv->version, "%s", AC_VERSION);
-    if (o->train_path) {
+    if (o->init_dir)
+        snprintf(pv->init_model, sizeof pv->init_model, "%s", o->init_dir);
+    if (masked_lm) {
+        if (pretrain_provenance(t, err))
+            return -1;
+    } else if (o->train_path) {
         if (copy_string(pv->train_file, sizeof pv->train_file, o->train_path, "training file path",
                         err))
             return -1;
@@ -658,7 +668,7 @@ static int setup_fresh(trainer *t, ac_err *err)
 static int setup_resume(trainer *t, ac_err *err)
 {
     const ac_train_options *o = t->opt;
-    char *state_path = path_join(t->ckpt_dir, "trainer_state.json", err);
+    char *state_path = trainer_path_join(t->ckpt_dir, "trainer_state.json", err);
     if (!state_path)
         return -1;
     int missing = access(state_path, F_OK) != 0;
@@ -679,12 +689,19 @@ static int setup_resume(trainer *t, ac_err *err)
     t->model = md.model;
     t->have_model = 1;
 
-    if (!classes_match(o->train, t->cfg.labels, t->cfg.n_labels))
+    const int masked_lm = t->cfg.model.objective == AC_OBJECTIVE_MASKED_LM;
+    if (masked_lm != (o->objective == AC_OBJECTIVE_MASKED_LM))
+        return ac_err_set(err, "resume: %s holds a %s run (continue it with attnctl %s --resume)",
+                          t->ckpt_dir, masked_lm ? "pretraining" : "classifier training",
+                          masked_lm ? "pretrain" : "train");
+    if (!masked_lm && !classes_match(o->train, t->cfg.labels, t->cfg.n_labels))
         return ac_err_set(err, "resume: the training file's classes differ from the checkpoint's "
                                "(%d in the file, %d in %s/config.json)",
                           o->train->n_classes, t->cfg.n_labels, t->ckpt_dir);
     const ac_provenance *pv = &t->cfg.provenance;
-    if (o->train_path && pv->train_sha256[0]) {
+    if (masked_lm && pretrain_check_sources(t, err))
+        return -1;
+    if (!masked_lm && o->train_path && pv->train_sha256[0]) {
         char sha[65];
         if (ac_sha256_file(o->train_path, sha, err))
             return -1;
@@ -733,18 +750,24 @@ static int setup(trainer *t, ac_err *err)
     const ac_train_options *o = t->opt;
     if (!o->train || !o->out_dir)
         return ac_err_set(err, "training data and output directory are required");
-    if (check_labelled(o->train, "the training data", err))
+    if (o->objective == AC_OBJECTIVE_MASKED_LM) {
+        if (pretrain_check_options(o, err))
+            return -1;
+    } else if (check_labelled(o->train, "the training data", err)) {
         return -1;
+    }
+    if (o->init_dir && (o->resume || o->objective != AC_OBJECTIVE_CLASSIFICATION))
+        return ac_err_set(err, "starting from a pretrained model is for a fresh classifier run");
     if (o->val) {
         if (check_labelled(o->val, "the validation data", err))
             return -1;
         if (!classes_match(o->val, o->train->classes, o->train->n_classes))
             return ac_err_set(err, "the validation data's classes differ from the training data's");
     }
-    if (!(t->ckpt_dir = path_join(o->out_dir, AC_CHECKPOINT_SUBDIR, err)) ||
-        !(t->metrics_path = path_join(o->out_dir, AC_METRICS_FILE, err)) ||
-        !(t->svg_path = path_join(o->out_dir, AC_CURVES_FILE, err)) ||
-        !(t->calibration_path = path_join(o->out_dir, AC_CALIBRATION_FILE, err)))
+    if (!(t->ckpt_dir = trainer_path_join(o->out_dir, AC_CHECKPOINT_SUBDIR, err)) ||
+        !(t->metrics_path = trainer_path_join(o->out_dir, AC_METRICS_FILE, err)) ||
+        !(t->svg_path = trainer_path_join(o->out_dir, AC_CURVES_FILE, err)) ||
+        !(t->calibration_path = trainer_path_join(o->out_dir, AC_CALIBRATION_FILE, err)))
         return -1;
     if (ac_mkdir_p(o->out_dir, err))
         return -1;
@@ -755,6 +778,7 @@ static int setup(trainer *t, ac_err *err)
     const ac_train_config *tc = &t->cfg.training;
     if (tc->epochs < 1 || tc->batch_size < 1)
         return ac_err_set(err, "training.epochs and training.batch_size must be at least 1");
+    const int masked_lm = t->cfg.model.objective == AC_OBJECTIVE_MASKED_LM;
     t->model.label_smoothing = tc->label_smoothing;
     t->model.token_dropout = tc->token_dropout;
     if (tc->ema > 0) {
@@ -776,6 +800,8 @@ static int setup(trainer *t, ac_err *err)
                                0, err))
             return ac_err_prefix(err, "batching the validation rows");
         t->have_val_plan = 1;
+    }
+    if (t->n_val > 0 && !masked_lm) {
         ac_crop_spec spans = {.frac = 1.0,
                               .min_len = SPAN_MIN_TOKENS,
                               .max_len = SPAN_MAX_TOKENS,
@@ -838,12 +864,13 @@ static int setup(trainer *t, ac_err *err)
             t->elapsed_base = t->points[t->n_points - 1].elapsed_s;
         if (write_metrics_and_curves(t, err))
             return -1;
-        char *model_path = path_join(o->out_dir, "model.safetensors", err);
+        char *model_path = trainer_path_join(o->out_dir, "model.safetensors", err);
         if (!model_path)
             return -1;
         t->model_saved = access(model_path, F_OK) == 0;
         free(model_path);
-        if (o->train_path) /* the data may have moved: record where it is now */
+        /* the data may have moved: record where it is now */
+        if (o->train_path || (t->cfg.model.objective == AC_OBJECTIVE_MASKED_LM && o->text_paths))
             return write_sources(t, err);
         return 0;
     }
@@ -894,6 +921,9 @@ static void trainer_free(trainer *t)
     free(t->val_predicted);
     if (t->have_val_metrics)
         ac_metrics_free(&t->val_metrics);
+    if (t->have_init)
+        ac_model_dir_free(&t->init);
+    pretrain_free(t);
 }
 
 /* --------------------------------------------------------------- the loop */
@@ -913,6 +943,7 @@ static void fill_progress(const trainer *t, const session_stats *s, ac_train_eve
     memset(p, 0, sizeof *p);
     double now = now_s();
     p->kind = kind;
+    p->objective = t->cfg.model.objective;
     p->epochs = t->cfg.training.epochs;
     p->step = t->state.step;
     p->epoch = t->state.step > 0 ? (int)((t->state.step - 1) / t->batches_per_epoch) : 0;
@@ -955,7 +986,7 @@ static void report(const trainer *t, const ac_train_progress *p)
         t->opt->progress(p, t->opt->progress_user);
 }
 
-static int non_finite_error(const trainer *t, long step, const char *what, double v, ac_err *err)
+int trainer_non_finite_error(const trainer *t, long step, const char *what, double v, ac_err *err)
 {
     char where[160];
     if (t->ckpt_step >= 0)
@@ -975,14 +1006,24 @@ static int train_step(trainer *t, session_stats *s, ac_err *err)
     ac_batch_fill(b, &t->train_corpus, &t->plan, t->state.batch_in_epoch);
     uint64_t dropout_key = ac_rng_key(ac_rng_key(t->cfg.training.seed, STREAM_DROPOUT),
                                       (uint64_t)t->state.step);
-    float loss = ac_model_forward(m, b->ids, b->lengths, b->labels, b->B, b->T, 1, dropout_key);
+    const int masked_lm = t->cfg.model.objective == AC_OBJECTIVE_MASKED_LM;
+    float loss;
+    if (masked_lm) {
+        if (pretrain_forward(t, b, dropout_key, &loss, err))
+            return -1;
+    } else {
+        loss = ac_model_forward(m, b->ids, b->lengths, b->labels, b->B, b->T, 1, dropout_key);
+    }
     if (!isfinite(loss))
-        return non_finite_error(t, t->state.step + 1, "the training loss", loss, err);
+        return trainer_non_finite_error(t, t->state.step + 1, "the training loss", loss, err);
     ac_model_zero_grad(m);
-    ac_model_backward(m);
+    if (masked_lm)
+        ac_mlm_backward(m, &t->mlm);
+    else
+        ac_model_backward(m);
     float norm = ac_model_clip_grad_norm(m, t->optim.clip_norm);
     if (!isfinite(norm))
-        return non_finite_error(t, t->state.step + 1, "the gradient norm", norm, err);
+        return trainer_non_finite_error(t, t->state.step + 1, "the gradient norm", norm, err);
     float lr = ac_lr_at(&t->optim, t->state.step);
     if (t->have_ema)
         ac_ema_before_step(&t->ema, m, t->state.step);
@@ -1037,7 +1078,7 @@ static int evaluate(trainer *t, const ac_batch_plan *plan, int keep_logits, doub
             memcpy(t->val_labels + seen, b->labels, (size_t)b->B * sizeof(int32_t));
         }
         if (!isfinite(loss))
-            return non_finite_error(t, t->state.step, "the validation loss", loss, err);
+            return trainer_non_finite_error(t, t->state.step, "the validation loss", loss, err);
         loss_sum += (double)loss * b->B;
         for (int r = 0; r < b->B; r++) {
             const float *logits = m->act.logits + (size_t)r * (size_t)C;
@@ -1123,7 +1164,10 @@ static int evaluate_and_save(trainer *t, session_stats *s, ac_train_result *res,
         ac_ema_catch_up(&t->ema, &t->model, t->state.step);
         ac_ema_swap_in(&t->ema, &t->model);
     }
-    if (t->n_val > 0 &&
+    const int masked_lm = t->cfg.model.objective == AC_OBJECTIVE_MASKED_LM;
+    if (t->n_val > 0 && masked_lm && pretrain_evaluate(t, &val_loss, &val_accuracy, err))
+        return -1;
+    if (t->n_val > 0 && !masked_lm &&
         (evaluate(t, &t->val_plan, 1, &val_loss, &val_accuracy, &val_majority, err) ||
          evaluate(t, &t->span_plan, 0, &span_loss, &span_accuracy, &span_majority, err) ||
                          calibrate(t, &temperature, &ece, err)))
@@ -1162,7 +1206,7 @@ static int evaluate_and_save(trainer *t, session_stats *s, ac_train_result *res,
         return -1;
     if (improved && save_best(t, err))
         return -1;
-    if (improved && t->n_val > 0 && write_calibration_svg(t, temperature, err))
+    if (improved && t->n_val > 0 && !masked_lm && write_calibration_svg(t, temperature, err))
         return -1;
     if (t->have_ema)
         ac_ema_swap_out(&t->ema, &t->model); /* the checkpoint keeps the trained weights */

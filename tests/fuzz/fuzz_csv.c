@@ -1,10 +1,12 @@
-/* libFuzzer target: the CSV reader (ac_rawdata_read), plain and gzip.
+/* libFuzzer target: the CSV reader (ac_rawdata_read), plain and gzip, and
+ * its plain-text mode (one document a line, for pretraining).
  *
  * Input: one control byte, then the file's bytes.
  *   bits 0-1  how the bytes reach the reader:
- *             0, 3  as they are (a fuzzed gzip stream is recognised by content)
+ *             0     as they are (a fuzzed gzip stream is recognised by content)
  *             1     gzip-compressed in memory first (a valid .csv.gz)
  *             2     gzip-compressed, then cut short by 1 + (bits 5-7) bytes
+ *             3     as they are, read as plain text (opt.lines; bits 2-4 unused)
  *   bit 2     need_label
  *   bits 3-4  columns and classes: default names / known classes
  *             {negative, positive} / text_column "text" + label_column "label" /
@@ -53,7 +55,8 @@ static void check_result(const ac_rawdata *d, const ac_read_options *opt)
         FUZZ_CHECK(strlen(text) == len); /* NUL bytes were replaced */
         FUZZ_CHECK(len > 0);
         FUZZ_CHECK(fuzz_utf8_valid(text, len));
-        FUZZ_CHECK(d->line[i] >= 2); /* the header is line 1 at the earliest */
+        /* the header is line 1 at the earliest; plain text has none */
+        FUZZ_CHECK(d->line[i] >= (opt->lines ? 1 : 2));
         if (i > 0)
             FUZZ_CHECK(d->line[i] > d->line[i - 1]);
     }
@@ -95,7 +98,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static char *const sentiment_classes[] = {"negative", "positive"};
     static char *const numeric_classes[] = {"0", "1", "2"};
     ac_read_options opt = {.need_label = (ctl >> 2) & 1};
-    switch ((ctl >> 3) & 3) {
+    if ((ctl & 3) == 3)
+        opt = (ac_read_options){.lines = 1};
+    switch ((ctl & 3) == 3 ? 0 : (ctl >> 3) & 3) {
     case 1:
         opt.classes = sentiment_classes;
         opt.n_classes = 2;

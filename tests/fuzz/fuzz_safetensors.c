@@ -44,6 +44,8 @@ static void make_model_dir(void)
     ac_config_defaults(&cfg);
     ac_vocab vocab;
     fuzz_tiny_vocab(&vocab, 0);
+    /* temperature 1: config.json takes (0, 1000]; a 0 here made every
+     * load fail on config.json, so no input ever reached the tensor checks */
     cfg.model = (ac_model_config){.vocab_size = vocab.size, .max_len = 8, .d_model = 4,
                                   .n_heads = 2, .d_ff = 8, .n_layers = 2, .n_classes = 2,
                                   .pooling = AC_POOL_MAX, .dropout = 0.0f, .ln_eps = 1e-6f,
@@ -63,6 +65,14 @@ static void make_model_dir(void)
     }
     ac_model_free(&m);
     ac_vocab_free(&vocab);
+    /* The directory as saved must load, or every input fails on config.json
+     * or vocab.txt and the tensor checks are never reached. */
+    ac_model_dir md;
+    if (ac_model_dir_load(&md, model_dir, &err) != 0) {
+        fprintf(stderr, "fuzz setup failed: the saved model does not load: %s\n", err.msg);
+        exit(2);
+    }
+    ac_model_dir_free(&md);
 }
 
 static void write_model_file(const uint8_t *data, size_t size)

@@ -24,8 +24,9 @@ def put(target, name, data):
 
 
 # ------------------------------------------------------------------ csv
-# First byte: bits 0-1 plain/gzip/cut gzip, bit 2 need_label, bits 3-4 options.
-PLAIN, GZIP, GZIP_CUT = 0, 1, 2
+# First byte: bits 0-1 plain/gzip/cut gzip/plain text (one document a line),
+# bit 2 need_label, bits 3-4 options.
+PLAIN, GZIP, GZIP_CUT, LINES = 0, 1, 2, 3
 NEED_LABEL = 4
 CLASSES_NEG_POS, EXPLICIT_COLUMNS, CLASSES_012 = 8, 16, 24
 
@@ -73,6 +74,12 @@ def csv_seeds():
     put("csv", "raw_gzip_cut", bytes([PLAIN]) + gzip.compress(raw, mtime=0)[:-10])
     put("csv", "two_gzip_members",
         bytes([PLAIN]) + gzip.compress(raw, mtime=0) + gzip.compress(b"more,positive\n", mtime=0))
+    # plain text for pretraining: one document a line
+    for name in ("basic", "crlf", "cr_only", "blank_lines", "invalid_utf8", "no_final_newline"):
+        text = CSVS[name]
+        put("csv", name + ".lines",
+            bytes([LINES]) + (text.encode("utf-8") if isinstance(text, str) else text))
+    put("csv", "lines_gzip", bytes([LINES]) + gzip.compress(b"one doc\ntwo doc\r\n", mtime=0))
 
 
 # ------------------------------------------------------------ tokenizer

@@ -1,0 +1,50 @@
+/* attnctl pretrain: masked-LM pretraining of the encoder on unlabelled text.
+ * The options and the run are train's (src/cli/train.c, the objective as a
+ * parameter); this file holds what only pretrain says. */
+#include <stdio.h>
+
+#include "attnctl/mlm.h"
+#include "cli.h"
+
+void cli_pretrain_help(void)
+{
+    printf("usage: attnctl pretrain [OPTIONS] TEXT.csv[.gz]|TEXT.txt[.gz]... --out DIR\n"
+           "       attnctl pretrain --resume DIR [--max-steps N] [--threads N] [--quiet]\n"
+           "\n"
+           "Trains the encoder as a masked language model (BERT) on unlabelled text: in each\n"
+           "text 15%% of the tokens are predicted from the rest, their input replaced by\n"
+           "<mask> (80%%), a random word (10%%) or left as it was (10%%); the output layer is\n"
+           "the token embedding (tied) plus a bias, and only the masked positions get logits.\n"
+           "The vocabulary (with <mask>) is built from all the text. DIR receives the\n"
+           "pretrained model (config.json with model.objective \"masked_lm\", vocab.txt,\n"
+           "model.safetensors), metrics.jsonl and training.svg (held-out masked-token loss\n"
+           "and accuracy) and checkpoint/. Fine-tune it with: attnctl train --init DIR ...\n"
+           "\n"
+           "Text files: a file named *.csv or *.csv.gz is a CSV whose text column is found by\n"
+           "name (review/text/sentence; labels are ignored); any other file is plain text, one\n"
+           "document a line (blank lines skipped). gzip is recognised by content. Never\n"
+           "pretrain on the texts you will test on.\n"
+           "\n"
+           "Files:\n"
+           "  -o, --out DIR          output directory (must not hold a model already)\n"
+           "  -c, --config FILE      preset to start from (e.g. models/default.json: its model\n"
+           "                         and tokenizer settings; crops, label smoothing and token\n"
+           "                         dropout are off in pretraining); options override fields\n"
+           "      --format NAME      auto (by file name), csv or lines [auto]\n"
+           "      --text-column NAME the text column of the CSV files\n"
+           "      --resume DIR       continue an interrupted run from DIR/checkpoint (the text\n"
+           "                         files may be given if they moved; same bytes)\n"
+           "\n"
+           "Masking:\n"
+           "      --mask-frac X      share of the tokens predicted, 0 < X < 1 [%g]\n"
+           "\n",
+           AC_MLM_MASK_FRAC);
+    cli_print_training_options(CLI_PRETRAIN);
+    cli_print_model_options(CLI_PRETRAIN);
+    cli_print_output_help("pretrain");
+}
+
+int cmd_pretrain(int argc, char **argv)
+{
+    return cli_run_training(CLI_PRETRAIN, argc, argv);
+}

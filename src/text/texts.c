@@ -1,0 +1,103 @@
+/* Unlabelled text for pretraining: several files, each a CSV with a text
+ * column or plain text with one document a line, read into one ac_rawdata. */
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "attnctl/text.h"
+
+const char *ac_text_format_name(ac_text_format f)
+{
+    switch (f) {
+    case AC_TEXT_FORMAT_AUTO: return "auto";
+    case AC_TEXT_FORMAT_CSV: return "csv";
+    case AC_TEXT_FORMAT_LINES: return "lines";
+    }
+    return "unknown";
+}
+
+int ac_text_format_parse(const char *s, ac_text_format *out)
+{
+    static const ac_text_format all[] = {AC_TEXT_FORMAT_AUTO, AC_TEXT_FORMAT_CSV,
+                                         AC_TEXT_FORMAT_LINES};
+    if (!s)
+        return -1;
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (strcmp(s, ac_text_format_name(all[i])) == 0) {
+            *out = all[i];
+            return 0;
+        }
+    return -1;
+}
+
+static int ends_with_nocase(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcasecmp(s + n - k, suffix) == 0;
+}
+
+ac_text_format ac_text_format_of(const char *path, ac_text_format format)
+{
+    if (format != AC_TEXT_FORMAT_AUTO)
+        return format;
+    return ends_with_nocase(path, ".csv") || ends_with_nocase(path, ".csv.gz")
+               ? AC_TEXT_FORMAT_CSV
+               : AC_TEXT_FORMAT_LINES;
+}
+
+/* Moves the rows of src to the end of dst (both unlabelled). */
+static int append_rows(ac_rawdata *dst, ac_rawdata *src, ac_err *err)
+{
+    int64_t n = dst->n_rows + src->n_rows;
+    size_t old_bytes = dst->n_rows ? (size_t)dst->text_off[dst->n_rows] : 0;
+    size_t add_bytes = (size_t)src->text_off[src->n_rows];
+    char *text = realloc(dst->text_buf, old_bytes + add_bytes);
+    if (!text)
+        return ac_err_set(err, "out of memory for %lld texts", (long long)n);
+    dst->text_buf = text;
+    int64_t *off = realloc(dst->text_off, (size_t)(n + 1) * sizeof *off);
+    if (!off)
+        return ac_err_set(err, "out of memory for %lld texts", (long long)n);
+    dst->text_off = off;
+    int64_t *line = realloc(dst->line, (size_t)(n > 0 ? n : 1) * sizeof *line);
+    if (!line)
+        return ac_err_set(err, "out of memory for %lld texts", (long long)n);
+    dst->line = line;
+    memcpy(text + old_bytes, src->text_buf, add_bytes);
+    off[0] = 0;
+    for (int64_t i = 0; i < src->n_rows; i++) {
+        off[dst->n_rows + i + 1] = (int64_t)old_bytes + src->text_off[i + 1];
+        line[dst->n_rows + i] = src->line[i];
+    }
+    dst->n_rows = n;
+    dst->n_empty_skipped += src->n_empty_skipped;
+    dst->n_invalid_utf8 += src->n_invalid_utf8;
+    return 0;
+}
+
+int ac_rawdata_read_texts(ac_rawdata *out, const char *const *paths, int n_paths,
+                          ac_text_format format, const char *text_column, ac_err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (n_paths < 1)
+        return ac_err_set(err, "no text files given");
+    for (int i = 0; i < n_paths; i++) {
+        int lines = ac_text_format_of(paths[i], format) == AC_TEXT_FORMAT_LINES;
+        ac_read_options ro = {.text_column = lines ? NULL : text_column, .lines = lines};
+        ac_rawdata part;
+        if (ac_rawdata_read(&part, paths[i], &ro, err) != 0) {
+            ac_rawdata_free(out);
+            return -1;
+        }
+        /* A CSV may have a label column: pretraining ignores it. */
+        free(part.labels);
+        part.labels = NULL;
+        int rc = append_rows(out, &part, err);
+        ac_rawdata_free(&part);
+        if (rc != 0) {
+            ac_rawdata_free(out);
+            return -1;
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,117 @@
+/* Internal to src/train: the trainer's state, shared by the loop
+ * (trainer.c) and the masked-LM objective (pretrain.c). */
+#ifndef ATTNCTL_TRAINER_INTERNAL_H
+#define ATTNCTL_TRAINER_INTERNAL_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attnctl/io.h"
+#include "attnctl/metrics.h"
+#include "attnctl/mlm.h"
+#include "attnctl/model.h"
+#include "attnctl/optim.h"
+#include "attnctl/text.h"
+#include "attnctl/train.h"
+#include "curves.h"
+#include "ema.h"
+
+/* Sub-streams of the seed, one per use of randomness, so that e.g. the
+ * shuffle of epoch 3 never shares draws with the dropout of step 3. */
+enum {
+    STREAM_SPLIT = 1,
+    STREAM_INIT = 2,
+    STREAM_SHUFFLE = 3,
+    STREAM_DROPOUT = 4,
+    STREAM_CROP = 5,  /* which training rows are cropped, per epoch */
+    STREAM_SPANS = 6, /* the fixed short spans of the validation rows */
+    STREAM_MASK = 7,  /* masked LM: the masking of each training step */
+    STREAM_EVAL_MASK = 8, /* masked LM: the fixed masking of the held-out batches */
+};
+
+typedef struct {
+    const ac_train_options *opt;
+    ac_config cfg;
+    int have_cfg;
+    ac_vocab vocab;
+    int have_vocab;
+    ac_model model;
+    int have_model;
+    ac_corpus train_corpus, val_corpus;
+    int have_train_corpus, have_val_corpus;
+    const ac_corpus *val_src; /* the corpus holding the validation rows */
+    int64_t *train_idx, *val_idx;
+    int64_t n_train, n_val;
+    ac_batch_plan plan; /* training batches of epoch plan_epoch */
+    int plan_epoch;     /* -1: none */
+    ac_batch_plan val_plan;
+    int have_val_plan;
+    ac_batch_plan span_plan; /* the same rows cut to short spans */
+    int have_span_plan;
+    float *val_logits;       /* [n_val, C] raw logits of the last validation pass */
+    int32_t *val_labels;     /* [n_val] */
+    ac_metrics val_metrics;  /* calibration of the validation rows at the fitted temperature */
+    int have_val_metrics;
+    float *val_probs;        /* [C] scratch */
+    int64_t *val_predicted;  /* [C] predictions per class in one evaluation */
+    ac_batch batch; /* buffers for batch_size x max_len */
+    ac_ema ema;     /* averaged weights (training.ema > 0) */
+    int have_ema;
+    float *m1, *m2;
+    ac_optim_config optim;
+    ac_trainer_state state;
+    long batches_per_epoch, total_steps, stop_step;
+    long ckpt_step; /* step of the checkpoint on disk from this run, -1 none */
+    ac_metric_point *points;
+    int n_points, cap_points;
+    char *ckpt_dir, *metrics_path, *svg_path, *calibration_path;
+    double elapsed_base; /* elapsed_s of earlier sessions (last kept evaluation) */
+    size_t memory_bytes;
+    int model_saved;
+    /* masked LM */
+    ac_mlm mlm;             /* the head's buffers (masked ids, positions, logits) */
+    int have_mlm;
+    ac_mlm_masking masking; /* from the vocabulary and training.mask_frac */
+    /* fine-tuning: the pretrained model, until its weights are copied */
+    ac_model_dir init;
+    int have_init;
+} trainer;
+
+/* trainer.c helpers the objectives share */
+char *trainer_path_join(const char *dir, const char *name, ac_err *err);
+int trainer_non_finite_error(const trainer *t, long step, const char *what, double v, ac_err *err);
+
+/* ---- init_from.c: a classifier started from a pretrained encoder ---- */
+/* Loads opt->init_dir, checks that the configuration agrees with it and
+ * takes its vocabulary. */
+int trainer_take_init(trainer *t, ac_err *err);
+/* Copies the encoder into the new model and lets go of the loaded one. */
+int trainer_copy_init_weights(trainer *t, ac_err *err);
+
+/* ---- pretrain.c: the masked-LM objective ---- */
+/* The data and options a pretraining run can use. */
+int pretrain_check_options(const ac_train_options *o, ac_err *err);
+/* Bytes of the head's buffers for batch_size x max_len. */
+size_t pretrain_memory_bytes(const trainer *t);
+/* The masking spec (from the vocabulary) and the head's buffers. */
+int pretrain_setup(trainer *t, ac_err *err);
+/* Masks batch b (a pure function of the seed and the step) and runs the
+ * training forward into *loss (checked by the caller; ac_mlm_backward
+ * follows). -1 only when the batch has nothing to mask. */
+int pretrain_forward(trainer *t, const ac_batch *b, uint64_t dropout_key, float *loss,
+                     ac_err *err);
+/* Held-out masked-token loss and accuracy under the evaluation masking. */
+int pretrain_evaluate(trainer *t, double *loss, double *accuracy, ac_err *err);
+/* provenance.train_file/train_sha256 of a pretraining run (several files). */
+int pretrain_provenance(trainer *t, ac_err *err);
+/* run.json's masked-LM part (the text files with their SHA-256, the
+ * format): written into root, read back from it (path: for messages), and
+ * the files of a resumed run checked against the checkpoint's. */
+int pretrain_sources_to_json(const trainer *t, cJSON *root, ac_err *err);
+int pretrain_sources_from_json(const cJSON *root, ac_train_sources *s, const char *path,
+                               ac_err *err);
+int pretrain_check_sources(const trainer *t, ac_err *err);
+void pretrain_free(trainer *t);
+
+#endif
