@@ -152,7 +152,7 @@ int ac_model_config_validate(const ac_model_config *cfg, ac_err *err)
         return ac_err_set(err, "model.ngram_buckets: must be at least 1 with ngram_order %d",
                           cfg->ngram_order);
     if (!(cfg->temperature >= 0.0f && cfg->temperature <= 1000.0f))
-        return ac_err_set(err, "model.temperature: must be in (0, 1000] (got %g)",
+        return ac_err_set(err, "model.temperature: must be in [0, 1000], 0 meaning 1 (got %g)",
                           (double)cfg->temperature);
     return 0;
 }

@@ -96,26 +96,44 @@ static double sum_of_squares(const float *x, size_t n)
     return total;
 }
 
-float ac_clip_grad_norm(float *grads, size_t n, float clip_norm)
+/* Sum of squares of x[0..n) in NORM_CHUNKS fixed chunks, added in order. */
+static double chunked_sum_of_squares(const float *x, size_t n)
 {
     double partial[NORM_CHUNKS];
 #pragma omp parallel for schedule(static)
     for (int chunk = 0; chunk < NORM_CHUNKS; chunk++) {
         size_t begin = (size_t)((unsigned __int128)n * (unsigned)chunk / NORM_CHUNKS);
         size_t end = (size_t)((unsigned __int128)n * (unsigned)(chunk + 1) / NORM_CHUNKS);
-        partial[chunk] = sum_of_squares(grads + begin, end - begin);
+        partial[chunk] = sum_of_squares(x + begin, end - begin);
     }
     double total = 0.0;
     for (int chunk = 0; chunk < NORM_CHUNKS; chunk++)
         total += partial[chunk];
-    double norm = sqrt(total);
-    if (clip_norm > 0.0f && norm > clip_norm) {
-        /* As torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6). */
-        float coef = (float)((double)clip_norm / (norm + 1e-6));
+    return total;
+}
+
+/* As torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6),
+ * or 1 (no clipping). */
+static float clip_coefficient(double norm, float clip_norm)
+{
+    if (clip_norm > 0.0f && norm > clip_norm)
+        return (float)((double)clip_norm / (norm + 1e-6));
+    return 1.0f;
+}
+
+static void scale_floats(float *x, size_t n, float coef)
+{
 #pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < n; i++)
-            grads[i] *= coef;
-    }
+    for (size_t i = 0; i < n; i++)
+        x[i] *= coef;
+}
+
+float ac_clip_grad_norm(float *grads, size_t n, float clip_norm)
+{
+    double norm = sqrt(chunked_sum_of_squares(grads, n));
+    float coef = clip_coefficient(norm, clip_norm);
+    if (coef != 1.0f)
+        scale_floats(grads, n, coef);
     return (float)norm;
 }
 
@@ -144,20 +162,16 @@ float ac_model_clip_grad_norm(ac_model *m, float clip_norm)
     if (!m->p.ngram_w)
         return ac_clip_grad_norm(m->grads, m->n_params, clip_norm);
     const size_t d = (size_t)m->cfg.d_model;
-    double dense = ac_clip_grad_norm(m->grads, m->dense_params, 0.0f);
-    double total = dense * dense + rows_sum_of_squares(m->g.ngram_w, m->ngram_rows,
-                                                       m->n_ngram_rows, d);
-    double norm = sqrt(total);
-    if (clip_norm > 0.0f && norm > clip_norm) {
-        float coef = (float)((double)clip_norm / (norm + 1e-6));
-#pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < m->dense_params; i++)
-            m->grads[i] *= coef;
+    double norm = sqrt(chunked_sum_of_squares(m->grads, m->dense_params) +
+                       rows_sum_of_squares(m->g.ngram_w, m->ngram_rows, m->n_ngram_rows, d));
+    float coef = clip_coefficient(norm, clip_norm);
+    if (coef != 1.0f) {
+        scale_floats(m->grads, m->dense_params, coef);
 #pragma omp parallel for schedule(static)
         for (int i = 0; i < m->n_ngram_rows; i++) {
-            float *g = m->g.ngram_w + (size_t)m->ngram_rows[i] * d;
+            float *row = m->g.ngram_w + (size_t)m->ngram_rows[i] * d;
             for (size_t k = 0; k < d; k++)
-                g[k] *= coef;
+                row[k] *= coef;
         }
     }
     return (float)norm;

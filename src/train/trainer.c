@@ -815,8 +815,10 @@ static int setup(trainer *t, ac_err *err)
         t->val_logits = malloc((size_t)t->n_val * (size_t)C * sizeof *t->val_logits);
         t->val_labels = malloc((size_t)t->n_val * sizeof *t->val_labels);
         t->val_probs = malloc((size_t)C * sizeof *t->val_probs);
+        t->val_scaled = malloc((size_t)C * sizeof *t->val_scaled);
         t->val_predicted = malloc((size_t)C * sizeof *t->val_predicted);
-        if (!t->val_logits || !t->val_labels || !t->val_probs || !t->val_predicted)
+        if (!t->val_logits || !t->val_labels || !t->val_probs || !t->val_scaled ||
+            !t->val_predicted)
             return ac_err_set(err, "out of memory for the validation logits");
         if (ac_metrics_init(&t->val_metrics, C, t->n_val, err))
             return -1;
@@ -918,6 +920,7 @@ static void trainer_free(trainer *t)
     free(t->val_logits);
     free(t->val_labels);
     free(t->val_probs);
+    free(t->val_scaled);
     free(t->val_predicted);
     if (t->have_val_metrics)
         ac_metrics_free(&t->val_metrics);
@@ -1119,15 +1122,10 @@ static int calibrate(trainer *t, double *temperature, double *ece, ac_err *err)
     t->model.cfg.temperature = temp;
     ac_metrics_reset(&t->val_metrics);
     for (int64_t i = 0; i < t->n_val; i++) {
-        float scaled[64];
         const float *z = t->val_logits + (size_t)i * (size_t)C;
-        const float *row = z;
-        if (C <= 64) {
-            for (int c = 0; c < C; c++)
-                scaled[c] = z[c] / temp;
-            row = scaled;
-        }
-        softmax_rows(t->val_probs, row, 1, C);
+        for (int c = 0; c < C; c++)
+            t->val_scaled[c] = z[c] / temp;
+        softmax_rows(t->val_probs, t->val_scaled, 1, C);
         int pred = ac_argmax(t->val_probs, C);
         if (ac_metrics_add(&t->val_metrics, t->val_labels[i], pred, t->val_probs, 0.0, err))
             return -1;

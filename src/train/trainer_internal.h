@@ -53,7 +53,7 @@ typedef struct {
     int32_t *val_labels;     /* [n_val] */
     ac_metrics val_metrics;  /* calibration of the validation rows at the fitted temperature */
     int have_val_metrics;
-    float *val_probs;        /* [C] scratch */
+    float *val_probs, *val_scaled; /* [C] scratch: probabilities, logits / temperature */
     int64_t *val_predicted;  /* [C] predictions per class in one evaluation */
     ac_batch batch; /* buffers for batch_size x max_len */
     ac_ema ema;     /* averaged weights (training.ema > 0) */
