@@ -110,6 +110,20 @@ static void colour_hex(render_buf *out, const unsigned char rgb[3])
     rb_printf(out, "#%02x%02x%02x", rgb[0], rgb[1], rgb[2]);
 }
 
+/* Ends a token's opening <span ...: its background (none when rgb is NULL:
+ * too faint to matter), with light text on dark colours, then the token. */
+static void close_shaded_token(render_buf *out, const unsigned char *rgb, const char *token)
+{
+    if (rgb) {
+        rb_puts(out, " style=\"background:");
+        colour_hex(out, rgb);
+        rb_puts(out, render_dark_text_on(rgb) ? "\"" : ";color:#fff\"");
+    }
+    rb_puts(out, ">");
+    rb_xml_text(out, token);
+    rb_puts(out, "</span>");
+}
+
 static void scale_gradient(render_buf *out, void (*scale)(double, unsigned char *))
 {
     rb_puts(out, "background:linear-gradient(to right");
@@ -146,16 +160,9 @@ static void html_review(render_buf *out, const inspect_view *v)
         rb_puts(out, "weight ");
         rb_number_digits(out, v->token_weight[i], 3);
         rb_puts(out, "\"");
-        if (t >= 0.05) {
-            unsigned char rgb[3];
-            render_shade_colour(t, rgb);
-            rb_puts(out, " style=\"background:");
-            colour_hex(out, rgb);
-            rb_puts(out, render_dark_text_on(rgb) ? "\"" : ";color:#fff\"");
-        }
-        rb_puts(out, ">");
-        rb_xml_text(out, v->tokens[i]);
-        rb_puts(out, "</span>");
+        unsigned char rgb[3];
+        render_shade_colour(t, rgb);
+        close_shaded_token(out, t >= 0.05 ? rgb : NULL, v->tokens[i]);
     }
     rb_puts(out, "</div>\n");
     if (v->full_len > v->n)
@@ -210,16 +217,9 @@ static void html_attribution(render_buf *out, const inspect_view *v)
         }
         rb_puts(out, "\"");
         double t = a / amax;
-        if (fabs(t) >= 0.05) {
-            unsigned char rgb[3];
-            render_diverging_colour(t, rgb);
-            rb_puts(out, " style=\"background:");
-            colour_hex(out, rgb);
-            rb_puts(out, render_dark_text_on(rgb) ? "\"" : ";color:#fff\"");
-        }
-        rb_puts(out, ">");
-        rb_xml_text(out, v->tokens[i]);
-        rb_puts(out, "</span>");
+        unsigned char rgb[3];
+        render_diverging_colour(t, rgb);
+        close_shaded_token(out, fabs(t) >= 0.05 ? rgb : NULL, v->tokens[i]);
     }
     rb_puts(out, "</div>\n<p class=\"sum\">Sum ");
     rb_printf(out, "%+.4g", sum);
