@@ -163,6 +163,7 @@ typedef struct {
     double last_val_loss, last_val_accuracy; /* NAN when none */
     int model_saved;           /* out_dir holds a model (config.json etc.) */
     int peer_failed;           /* the error was another rank's (which reports it) */
+    int failure_shared;        /* every rank knows of the error and ends with it */
 } ac_train_result;
 
 /* Trains as the options say. Returns 0 with *result filled (also for an

@@ -850,7 +850,8 @@ static int resume_sources(train_args *a, const char *out_dir, ac_train_sources *
     return 0;
 }
 
-static int run_training(cli_training_kind kind, int argc, char **argv, const cli_parallel *par)
+static int run_training(cli_training_kind kind, int argc, char **argv, const cli_parallel *par,
+                        int *failure_shared)
 {
     train_args a;
     int rc = parse_args(&a, kind, argc, argv);
@@ -956,6 +957,7 @@ static int run_training(cli_training_kind kind, int argc, char **argv, const cli
     if (train_rc) {
         /* Another rank failed and reports it; this one ends quietly. */
         rc = result.peer_failed ? CLI_EXIT_RUNTIME : cli_error("%s", err.msg);
+        *failure_shared = result.failure_shared;
         goto done;
     }
     if (result.status == AC_TRAIN_INTERRUPTED) {
@@ -999,11 +1001,14 @@ int cli_run_training(cli_training_kind kind, int argc, char **argv)
         cli_parallel_finish(&par, 1);
         return rc;
     }
-    rc = run_training(kind, argc, argv, &par);
-    /* An interruption is agreed by every rank; any other failure may be
-     * this rank's alone. */
+    int failure_shared = 0;
+    rc = run_training(kind, argc, argv, &par, &failure_shared);
+    /* An interruption, a usage error or a failure the trainer agreed on is
+     * every rank's; any other failure may be this rank's alone, and the
+     * others would wait for it: the job is ended. */
     cli_parallel_finish(&par, rc != CLI_EXIT_OK && rc != CLI_EXIT_SIGINT &&
-                                  rc != CLI_EXIT_SIGTERM && rc != CLI_EXIT_USAGE);
+                                  rc != CLI_EXIT_SIGTERM && rc != CLI_EXIT_USAGE &&
+                                  !failure_shared);
     return rc;
 }
 

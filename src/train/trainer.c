@@ -769,10 +769,10 @@ static int setup_micro_batches(trainer *t, ac_err *err)
     t->max_micro = (tc->batch_size + t->micro_batch - 1) / t->micro_batch;
     if (ranks > t->max_micro)
         return ac_err_set(err, "%d processes but a step has only %d micro-batch%s (batch %d, "
-                               "micro-batch %d): use at most %d processes, or a smaller "
+                               "micro-batch %d): use at most %d process%s, or a smaller "
                                "--micro-batch",
                           ranks, t->max_micro, t->max_micro == 1 ? "" : "es", tc->batch_size,
-                          t->micro_batch, t->max_micro);
+                          t->micro_batch, t->max_micro, t->max_micro == 1 ? "" : "es");
     t->step_slots = calloc((size_t)t->max_micro + 3, sizeof *t->step_slots);
     t->micro_masked = calloc((size_t)t->max_micro, sizeof *t->micro_masked);
     int64_t val_batches = t->have_val_plan ? t->val_plan.n_batches : 0;
@@ -1159,6 +1159,7 @@ static int micro_batch_gradient(trainer *t, int64_t batch, int rows, int n_micro
  * failing rank's, with rank 0 pointing at it. Returns -1. */
 static int agree_on_failure(trainer *t, int failed_here, int rank0_failed, ac_err *err)
 {
+    t->failure_shared = 1;
     if (failed_here) {
         t->peer_failed = t->comm->rank != 0 && rank0_failed;
         return -1; /* err holds this rank's message */
@@ -1499,6 +1500,7 @@ static int agree_on_setup(trainer *t, int failed_here, ac_err *err)
     }
     if (flags[0] == 0)
         return 0;
+    t->failure_shared = 1;
     if (failed_here) {
         t->peer_failed = t->comm->rank != 0 && flags[1] > 0;
         return -1;
@@ -1602,6 +1604,7 @@ int ac_train(const ac_train_options *opt, ac_train_result *result, ac_err *err)
     }
     res->model_saved = t.model_saved;
     res->peer_failed = t.peer_failed;
+    res->failure_shared = t.failure_shared;
     trainer_free(&t);
     return rc;
 }

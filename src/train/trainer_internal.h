@@ -88,7 +88,8 @@ typedef struct {
     ac_comm *comm;            /* NULL: one process */
     int writer;               /* this process writes the files (rank 0) */
     int stop_agreed;          /* data parallel: a rank asked to stop (agreed at the last step) */
-    int peer_failed;
+    int peer_failed;          /* the error is another rank's, which reports it */
+    int failure_shared;       /* every rank knows of the error */
     /* fine-tuning: the pretrained model, until its weights are copied */
     ac_model_dir init;
     int have_init;
