@@ -47,9 +47,10 @@ LIB_OBJS  := $(call obj,$(LIB_SRCS))
 LIB := $(BUILD)/libattnctl.a
 BIN := $(BUILD)/attnctl
 # The MPI plugin, loaded by attnctl only under mpirun (src/cli/parallel.c):
-# built when mpicc is there. OMPI_CC makes Open MPI's wrapper use $(CC).
-MPICC  ?= $(shell command -v mpicc 2>/dev/null)
-PLUGIN := $(if $(MPICC),$(BUILD)/attnctl-mpi.so)
+# built when mpicc is there when the rule runs (not when make starts: the
+# deps rule may have just installed it). OMPI_CC makes the wrapper use $(CC).
+MPICC  ?= mpicc
+PLUGIN := $(BUILD)/attnctl-mpi.so
 
 TEST_SRCS := $(sort $(wildcard tests/test_*.c))
 TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
@@ -62,7 +63,7 @@ all: attnctl
 
 attnctl: $(BIN) $(PLUGIN)
 	cp $(BIN) attnctl
-	$(if $(PLUGIN),cp $(PLUGIN) attnctl-mpi.so)
+	@if [ -f $(PLUGIN) ]; then cp $(PLUGIN) attnctl-mpi.so; fi
 
 # ---- Debian packages -------------------------------------------------------
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -99,7 +100,12 @@ $(BIN): $(CLI_OBJS) $(LIB)
 # No sanitizer in the plugin: it is loaded into a sanitized attnctl as a plain library.
 $(BUILD)/attnctl-mpi.so: src/mpi/comm_mpi.c include/attnctl/comm.h | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
-	OMPI_CC=$(CC) $(MPICC) $(CPPFLAGS) -std=c11 $(WARN) -O2 -g -fPIC -shared -o $@ $<
+	@if command -v $(MPICC) >/dev/null 2>&1; then \
+	  echo "OMPI_CC=$(CC) $(MPICC) $(CPPFLAGS) -std=c11 $(WARN) -O2 -g -fPIC -shared -o $@ $<"; \
+	  OMPI_CC=$(CC) $(MPICC) $(CPPFLAGS) -std=c11 $(WARN) -O2 -g -fPIC -shared -o $@ $<; \
+	else \
+	  echo "note: no $(MPICC): attnctl is built without its MPI plugin (no mpirun training)"; \
+	fi
 
 $(BUILD)/tests/%: tests/%.c $(LIB) | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
@@ -194,8 +200,8 @@ demo: $(BIN)
 install: $(BIN) $(PLUGIN)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 755 $(BIN) $(DESTDIR)$(PREFIX)/bin/attnctl
-	$(if $(PLUGIN),install -d $(DESTDIR)$(PREFIX)/lib/attnctl && \
-	    install -m 644 $(PLUGIN) $(DESTDIR)$(PREFIX)/lib/attnctl/attnctl-mpi.so)
+	if [ -f $(PLUGIN) ]; then install -d $(DESTDIR)$(PREFIX)/lib/attnctl && \
+	    install -m 644 $(PLUGIN) $(DESTDIR)$(PREFIX)/lib/attnctl/attnctl-mpi.so; fi
 	install -m 644 attnctl.1 $(DESTDIR)$(PREFIX)/share/man/man1/attnctl.1
 
 uninstall:

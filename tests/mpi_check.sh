@@ -64,4 +64,33 @@ elif grep -q -- "--micro-batch" "$work/out"; then
 else
     echo "[mpi] FAIL: no message naming --micro-batch:"; sed 's/^/    /' "$work/out"; failed=1
 fi
+# a process killed mid-run: the job ends non-zero (no hang) and the last
+# checkpoint resumes on 1 process
+timeout 120 mpirun -np 2 --oversubscribe --bind-to none "$bin" train "$data" --out "$work/killed" \
+    $small --epochs 400 --threads 1 >"$work/out" 2>&1 &
+job=$!
+waited=0
+while [ ! -f "$work/killed/checkpoint/model.safetensors" ] && [ $waited -lt 600 ]; do
+    sleep 0.1; waited=$((waited + 1))
+done
+victim=$(pgrep -P "$job" -f "attnctl train" | tail -n 1)
+[ -z "$victim" ] && victim=$(pgrep -f "$work/killed" | grep -v "^$job\$" | tail -n 1)
+if [ -z "$victim" ]; then
+    echo "[mpi] FAIL: no rank to kill (did the run start?)"; sed 's/^/    /' "$work/out" | tail -n 5
+    failed=1
+else
+    sleep 0.3
+    kill -9 $victim 2>/dev/null
+    wait $job; status=$?
+    if [ $status -eq 0 ]; then
+        echo "[mpi] FAIL: a killed rank left the job exiting 0"; failed=1
+    elif [ $status -eq 124 ]; then
+        echo "[mpi] FAIL: the job hung after a rank was killed"; failed=1
+    else
+        echo "[mpi] ok: a killed rank ends the job (exit $status)"
+        at=$(tail -n 1 "$work/killed/metrics.jsonl" | sed 's/.*"step": *\([0-9]*\).*/\1/')
+        run "1 process, resumed after the kill" "$bin" train --resume "$work/killed" \
+            --max-steps $((at + 8)) --threads 1
+    fi
+fi
 exit $failed
