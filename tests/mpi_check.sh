@@ -67,21 +67,29 @@ fi
 # a process killed mid-run: the job ends non-zero (no hang) and the last
 # checkpoint resumes on 1 process
 timeout 120 mpirun -np 2 --oversubscribe --bind-to none "$bin" train "$data" --out "$work/killed" \
-    $small --epochs 400 --threads 1 >"$work/out" 2>&1 &
+    $small --epochs 400 --patience 0 --threads 1 >"$work/out" 2>&1 &
 job=$!
 waited=0
 while [ ! -f "$work/killed/checkpoint/model.safetensors" ] && [ $waited -lt 600 ]; do
     sleep 0.1; waited=$((waited + 1))
 done
-victim=$(pgrep -P "$job" -f "attnctl train" | tail -n 1)
-[ -z "$victim" ] && victim=$(pgrep -f "$work/killed" | grep -v "^$job\$" | tail -n 1)
+launcher=$(pgrep -P "$job" | head -n 1)
+victim=$( [ -n "$launcher" ] && pgrep -P "$launcher" | tail -n 1)
 if [ -z "$victim" ]; then
     echo "[mpi] FAIL: no rank to kill (did the run start?)"; sed 's/^/    /' "$work/out" | tail -n 5
     failed=1
 else
     sleep 0.3
     kill -9 $victim 2>/dev/null
-    wait $job; status=$?
+    wait $job 2>/dev/null; status=$?
+    # no process of the job may outlive mpirun for long (writing, or hung)
+    left=0
+    while pgrep -f "$work/killed" >/dev/null && [ $left -lt 100 ]; do
+        sleep 0.1; left=$((left + 1))
+    done
+    if pgrep -f "$work/killed" >/dev/null; then
+        echo "[mpi] FAIL: a process outlived the job by 10 s"; pkill -9 -f "$work/killed"; failed=1
+    fi
     if [ $status -eq 0 ]; then
         echo "[mpi] FAIL: a killed rank left the job exiting 0"; failed=1
     elif [ $status -eq 124 ]; then
