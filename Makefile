@@ -9,7 +9,10 @@ CC      ?= cc
 # Debian packages the build and the tests need; installed when missing.
 DEB_BUILD_PKGS := gcc make pkg-config libcjson-dev libcsv-dev check libsubunit-dev \
                   libutf8proc-dev zlib1g-dev libopenblas-dev nettle-dev
-DEB_CHECK_PKGS := $(DEB_BUILD_PKGS) python3 valgrind groff-base chromium
+# Open MPI: data-parallel training (mpirun -np N attnctl train). Optional: a
+# machine without mpicc builds attnctl without the MPI plugin.
+DEB_MPI_PKGS   := libopenmpi-dev openmpi-bin
+DEB_CHECK_PKGS := $(DEB_BUILD_PKGS) $(DEB_MPI_PKGS) python3 valgrind groff-base chromium
 DEB_CLANG_PKGS := clang libomp-dev libclang-rt-14-dev libfuzzer-14-dev
 
 WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wno-psabi
@@ -43,6 +46,11 @@ LIB_OBJS  := $(call obj,$(LIB_SRCS))
 
 LIB := $(BUILD)/libattnctl.a
 BIN := $(BUILD)/attnctl
+# The MPI plugin, loaded by attnctl only under mpirun (src/cli/parallel.c):
+# built when mpicc is there when the rule runs (not when make starts: the
+# deps rule may have just installed it). OMPI_CC makes the wrapper use $(CC).
+MPICC  ?= mpicc
+PLUGIN := $(BUILD)/attnctl-mpi.so
 
 TEST_SRCS := $(sort $(wildcard tests/test_*.c))
 TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
@@ -53,8 +61,9 @@ DEPS_STAMP := $(BUILD)/.deps-ok
 
 all: attnctl
 
-attnctl: $(BIN)
+attnctl: $(BIN) $(PLUGIN)
 	cp $(BIN) attnctl
+	@if [ -f $(PLUGIN) ]; then cp $(PLUGIN) attnctl-mpi.so; fi
 
 # ---- Debian packages -------------------------------------------------------
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -88,6 +97,16 @@ $(LIB): $(LIB_OBJS)
 $(BIN): $(CLI_OBJS) $(LIB)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(CLI_OBJS) $(LIB) $(LDLIBS)
 
+# No sanitizer in the plugin: it is loaded into a sanitized attnctl as a plain library.
+$(BUILD)/attnctl-mpi.so: src/mpi/comm_mpi.c include/attnctl/comm.h | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	@if command -v $(MPICC) >/dev/null 2>&1; then \
+	  echo "OMPI_CC=$(CC) $(MPICC) $(CPPFLAGS) -std=c11 $(WARN) -O2 -g -fPIC -shared -o $@ $<"; \
+	  OMPI_CC=$(CC) $(MPICC) $(CPPFLAGS) -std=c11 $(WARN) -O2 -g -fPIC -shared -o $@ $<; \
+	else \
+	  echo "note: no $(MPICC): attnctl is built without its MPI plugin (no mpirun training)"; \
+	fi
+
 $(BUILD)/tests/%: tests/%.c $(LIB) | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -MMD -MP -o $@ $< $(LIB) $(LDLIBS) $(CHECK_LIBS)
@@ -100,8 +119,9 @@ $(BUILD)/tests/%: tests/%.c $(LIB) | $(DEPS_STAMP)
 # After the suites, `make check` fuzzes every parser a little and runs the
 # end-to-end flow under valgrind; `make asan` and `make clang` run the suites only.
 CHECK_EXTRAS ?= fuzz-check valgrind-check
-check: $(TEST_BINS) $(BIN)
+check: $(TEST_BINS) $(BIN) $(PLUGIN)
 	@ATTNCTL=$(abspath $(BIN)) BUILD=$(BUILD) sh tests/run.sh $(TEST_BINS)
+	@sh tests/mpi_check.sh $(abspath $(BIN))
 	@for t in $(CHECK_EXTRAS); do $(MAKE) --no-print-directory $$t || exit 1; done
 
 asan:
@@ -177,13 +197,16 @@ bench: $(BIN)
 demo: $(BIN)
 	@sh data/demo.sh $(BIN)
 
-install: $(BIN)
+install: $(BIN) $(PLUGIN)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 755 $(BIN) $(DESTDIR)$(PREFIX)/bin/attnctl
+	if [ -f $(PLUGIN) ]; then install -d $(DESTDIR)$(PREFIX)/lib/attnctl && \
+	    install -m 644 $(PLUGIN) $(DESTDIR)$(PREFIX)/lib/attnctl/attnctl-mpi.so; fi
 	install -m 644 attnctl.1 $(DESTDIR)$(PREFIX)/share/man/man1/attnctl.1
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/attnctl $(DESTDIR)$(PREFIX)/share/man/man1/attnctl.1
+	rm -rf $(DESTDIR)$(PREFIX)/lib/attnctl
 
 clean:
-	rm -rf build attnctl
+	rm -rf build attnctl attnctl-mpi.so

@@ -78,6 +78,11 @@ int ac_st_save(const char *path, const ac_st_entry *entries, int n, const char *
 typedef struct {
     int epochs;
     int batch_size;
+    /* Rows of a micro-batch: a step's batch is cut into micro-batches of
+     * this many rows by row index, each with its own forward/backward, and
+     * their gradients are summed exactly (the same bits for any number of
+     * processes, see attnctl/gradsum.h). >= batch_size: one a step. */
+    int micro_batch;
     ac_optim_config optim;
     double warmup_frac;   /* warmup steps = warmup_frac * total steps (used when optim.warmup_steps < 0) */
     uint64_t seed;

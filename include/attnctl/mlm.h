@@ -46,6 +46,16 @@ int ac_mlm_max_masked(int B, int T, double mask_frac);
 int ac_mlm_mask_batch(const ac_mlm_masking *spec, const int32_t *ids, const int32_t *lengths,
                       int B, int T, uint64_t key, int32_t *masked_ids, int32_t *positions,
                       int32_t *targets, int32_t *scratch);
+/* The same for rows first_row.. of a larger batch (a micro-batch): a row's
+ * masking depends on key and its index in the whole batch only, so a batch
+ * masked at once or in micro-batches masks the same positions (but for the
+ * one position forced into a micro-batch that drew none). */
+int ac_mlm_mask_rows(const ac_mlm_masking *spec, const int32_t *ids, const int32_t *lengths,
+                     int B, int T, uint64_t key, int64_t first_row, int32_t *masked_ids,
+                     int32_t *positions, int32_t *targets, int32_t *scratch);
+/* M of ac_mlm_mask_rows with the same arguments, without masking. */
+int ac_mlm_count_masked(const ac_mlm_masking *spec, const int32_t *ids, const int32_t *lengths,
+                        int B, int T, uint64_t key, int64_t first_row);
 
 /* Buffers of the head (and of the masking) for batches up to B x T. */
 typedef struct {
@@ -63,6 +73,8 @@ typedef struct {
     /* the last forward */
     int n_rows;           /* M; 0: nothing to differentiate */
     int n_correct;        /* positions whose argmax is the target */
+    int mean_rows;        /* backward: the loss is a mean over this many masked positions
+                             (of the whole step); 0: over the last forward's M */
     const int32_t *last_positions, *last_targets;
 } ac_mlm;
 

@@ -173,6 +173,9 @@ typedef struct {
     size_t dense_params;   /* parameters before the sparse table (all of them without one) */
     float label_smoothing; /* training loss only; 0 = plain cross-entropy */
     float token_dropout;   /* training only: share of tokens replaced by <unk> */
+    /* Backward: the loss is a mean over this many rows (a micro-batch's part
+     * of its step's batch); 0: over the last forward's rows. */
+    int mean_rows;
     ac_activations act;
     ac_model_profile profile;
     int keep_attention; /* inference forwards keep the attention maps in act.probs */

@@ -116,6 +116,10 @@ float crossentropy_forward(float *losses, float *probs, const float *logits, con
 /* dlogits += (probs - target) / B */
 void crossentropy_backward(float *dlogits, const float *probs, const int32_t *labels, int B, int C,
                            float smoothing);
+/* The same for a micro-batch of B rows whose loss is part of a mean over
+ * mean_rows rows: dlogits += (probs - target) / mean_rows. */
+void crossentropy_backward_of_mean(float *dlogits, const float *probs, const int32_t *labels,
+                                   int B, int C, float smoothing, int mean_rows);
 /* Softmax only (inference): probs[B, C] from logits. */
 void softmax_rows(float *probs, const float *logits, int B, int C);
 
@@ -136,5 +140,8 @@ float softmax_xent_inplace_forward(float *logits, float *losses, int32_t *predic
  * the other backwards this one overwrites rather than adds: the buffer holds
  * the only copy, and a [M, V] gradient beside it would double the memory. */
 void softmax_xent_inplace_backward(float *probs, const int32_t *targets, int M, int V);
+/* The same when the M rows are part of a mean over mean_rows rows. */
+void softmax_xent_inplace_backward_of_mean(float *probs, const int32_t *targets, int M, int V,
+                                           int mean_rows);
 
 #endif

@@ -229,5 +229,15 @@ typedef struct {
 /* Fills batch b of the plan into caller-allocated buffers (sized for
  * batch_size x max_len); T = longest sequence in the batch. */
 void ac_batch_fill(ac_batch *out, const ac_corpus *c, const ac_batch_plan *p, int64_t b);
+/* Rows first_row..first_row+n-1 of batch b (a micro-batch); T = its longest. */
+void ac_batch_fill_rows(ac_batch *out, const ac_corpus *c, const ac_batch_plan *p, int64_t b,
+                        int first_row, int n);
+/* Tokens (real, not padding) of batch b. */
+int64_t ac_batch_plan_tokens(const ac_batch_plan *p, const ac_corpus *c, int64_t b);
+/* Rows of batch b. */
+static inline int ac_batch_plan_rows(const ac_batch_plan *p, int64_t b)
+{
+    return (int)(p->batch_start[b + 1] - p->batch_start[b]);
+}
 
 #endif

@@ -31,6 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "attnctl/comm.h"
 #include "attnctl/error.h"
 #include "attnctl/io.h"
 #include "attnctl/model.h"
@@ -127,6 +128,12 @@ typedef struct {
      * classifier head is new. The model section of config must agree with
      * it (ac_train_init_config makes it so). */
     const char *init_dir;
+    /* Data-parallel training (attnctl/comm.h): every rank calls ac_train
+     * with the same options; each computes its share of every step's
+     * micro-batches and of each evaluation, the gradients are summed
+     * exactly, and only rank 0 writes files. NULL: one process. The result
+     * is the same bits for any number of ranks. */
+    ac_comm *comm;
 } ac_train_options;
 
 /* Makes cfg start from the model in init_dir: its tokenizer settings and
@@ -155,6 +162,8 @@ typedef struct {
     long best_step;            /* -1 when none */
     double last_val_loss, last_val_accuracy; /* NAN when none */
     int model_saved;           /* out_dir holds a model (config.json etc.) */
+    int peer_failed;           /* the error was another rank's (which reports it) */
+    int failure_shared;        /* every rank knows of the error and ends with it */
 } ac_train_result;
 
 /* Trains as the options say. Returns 0 with *result filled (also for an

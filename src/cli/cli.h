@@ -37,6 +37,8 @@ int cli_parse_double(const char *s, double lo, double hi, double *out);
 /* Unsigned 64-bit decimal (e.g. --seed): 0 ok, -1 invalid. */
 int cli_parse_u64(const char *s, uint64_t *out);
 /* Number of threads to use (--threads N; n <= 0: all cores); sets OpenMP. */
+/* Threads when --threads is not given: the cores of the machine. */
+int cli_default_threads(void);
 void cli_set_threads(int n);
 /* Blocks (1) or unblocks (0) SIGINT and SIGTERM for this process. */
 void cli_block_stop_signals(int block);

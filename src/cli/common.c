@@ -84,6 +84,11 @@ int cli_parse_double(const char *s, double lo, double hi, double *out)
     return 0;
 }
 
+int cli_default_threads(void)
+{
+    return omp_get_num_procs();
+}
+
 void cli_set_threads(int n)
 {
     if (n <= 0)

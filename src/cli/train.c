@@ -18,6 +18,7 @@
 #include "attnctl/text.h"
 #include "attnctl/train.h"
 #include "cli.h"
+#include "parallel.h"
 #include "progress.h"
 
 /* The one piece of global state: a signal handler can only reach a global.
@@ -36,7 +37,7 @@ enum {
     OPT_VAL_FILE, OPT_PATIENCE, OPT_EVAL_EVERY, OPT_SEED, OPT_THREADS, OPT_TEXT_COLUMN,
     OPT_LABEL_COLUMN, OPT_MAX_STEPS, OPT_RESUME, OPT_QUIET, OPT_HELP, OPT_POSITIONS, OPT_NGRAMS,
     OPT_NGRAM_BUCKETS, OPT_CROP, OPT_CROP_MIN, OPT_CROP_MAX, OPT_LABEL_SMOOTHING, OPT_TOKEN_DROPOUT,
-    OPT_EMA, OPT_INIT, OPT_MASK_FRAC, OPT_FORMAT, OPT_END
+    OPT_EMA, OPT_INIT, OPT_MASK_FRAC, OPT_FORMAT, OPT_MICRO_BATCH, OPT_END
 };
 
 static const struct option LONG_OPTIONS[] = {
@@ -44,6 +45,7 @@ static const struct option LONG_OPTIONS[] = {
     {"out", required_argument, NULL, OPT_OUT},
     {"epochs", required_argument, NULL, OPT_EPOCHS},
     {"batch-size", required_argument, NULL, OPT_BATCH_SIZE},
+    {"micro-batch", required_argument, NULL, OPT_MICRO_BATCH},
     {"lr", required_argument, NULL, OPT_LR},
     {"schedule", required_argument, NULL, OPT_SCHEDULE},
     {"warmup", required_argument, NULL, OPT_WARMUP},
@@ -130,6 +132,10 @@ void cli_print_training_options(cli_training_kind kind)
     printf("Training (defaults in brackets):\n"
            "      --epochs N         passes over the %s [%d]\n"
            "      --batch-size N     %s per step [%d]\n"
+           "      --micro-batch N    rows of a micro-batch: a step's batch is cut into\n"
+           "                         micro-batches by row index, their gradients summed\n"
+           "                         exactly (the same model for any number of processes\n"
+           "                         under mpirun, at most one per micro-batch) [%d]\n"
            "      --lr X             peak learning rate of AdamW [%g]\n"
            "      --schedule NAME    cosine, linear or constant decay after warmup [%s]\n"
            "      --warmup X         warmup: a fraction of all steps when X < 1, else a step\n"
@@ -137,7 +143,8 @@ void cli_print_training_options(cli_training_kind kind)
            "      --weight-decay X   decoupled weight decay of matrices [%g]\n"
            "      --clip X           global gradient-norm clip, 0 = off [%g]\n",
            pretrain ? "texts" : "training rows", t->epochs, pretrain ? "texts" : "reviews",
-           t->batch_size, (double)t->optim.lr, ac_schedule_name(t->optim.schedule),
+           t->batch_size, t->micro_batch, (double)t->optim.lr,
+           ac_schedule_name(t->optim.schedule),
            t->warmup_frac, (double)t->optim.weight_decay, (double)t->optim.clip_norm);
     if (pretrain)
         printf("      --val-split X      share of the texts held out for the masked-token loss\n"
@@ -284,6 +291,7 @@ static int parse_value(train_args *a, int id, const char *arg)
         v->i = i;
         break;
     case OPT_BATCH_SIZE:
+    case OPT_MICRO_BATCH:
         if (cli_parse_int(arg, 1, 65536, &i))
             return bad_value(a->cmd, id, arg, "an integer from 1 to 65536");
         v->i = i;
@@ -530,6 +538,7 @@ static void apply_overrides(ac_config *c, const train_args *a)
     ac_train_config *t = &c->training;
     if (v[OPT_EPOCHS].set) t->epochs = (int)v[OPT_EPOCHS].i;
     if (v[OPT_BATCH_SIZE].set) t->batch_size = (int)v[OPT_BATCH_SIZE].i;
+    if (v[OPT_MICRO_BATCH].set) t->micro_batch = (int)v[OPT_MICRO_BATCH].i;
     if (v[OPT_LR].set) t->optim.lr = (float)v[OPT_LR].d;
     if (v[OPT_SCHEDULE].set) t->optim.schedule = (ac_schedule_kind)v[OPT_SCHEDULE].i;
     if (v[OPT_WARMUP].set) {
@@ -841,7 +850,8 @@ static int resume_sources(train_args *a, const char *out_dir, ac_train_sources *
     return 0;
 }
 
-int cli_run_training(cli_training_kind kind, int argc, char **argv)
+static int run_training(cli_training_kind kind, int argc, char **argv, const cli_parallel *par,
+                        int *failure_shared)
 {
     train_args a;
     int rc = parse_args(&a, kind, argc, argv);
@@ -854,7 +864,9 @@ int cli_run_training(cli_training_kind kind, int argc, char **argv)
             print_help();
         return CLI_EXIT_OK;
     }
-    int quiet = a.v[OPT_QUIET].set;
+    /* Under mpirun only rank 0 talks (and writes files). */
+    const int rank = par->comm ? par->comm->rank : 0;
+    int quiet = a.v[OPT_QUIET].set || rank != 0;
     int resume = a.v[OPT_RESUME].set;
     const char *out_dir = resume ? a.v[OPT_RESUME].s : a.v[OPT_OUT].s;
     /* A run that fails before writing anything leaves no empty directory. */
@@ -897,7 +909,9 @@ int cli_run_training(cli_training_kind kind, int argc, char **argv)
             goto done;
         }
     }
-    cli_set_threads(a.v[OPT_THREADS].set ? (int)a.v[OPT_THREADS].i : 0);
+    /* Default: the cores shared among the ranks on this machine. */
+    cli_set_threads(a.v[OPT_THREADS].set ? (int)a.v[OPT_THREADS].i
+                                          : cli_default_threads() / par->local_ranks);
     /* From here on SIGINT/SIGTERM ask for a clean stop (also while reading the
      * data, which takes seconds on a big file). */
     install_stop_handlers(&saved);
@@ -935,16 +949,24 @@ int cli_run_training(cli_training_kind kind, int argc, char **argv)
         .n_text_paths = kind == CLI_PRETRAIN ? a.n_paths : 0,
         .text_format = (ac_text_format)a.v[OPT_FORMAT].i,
         .init_dir = a.v[OPT_INIT].set ? a.v[OPT_INIT].s : NULL,
+        .comm = par->comm,
     };
     ac_train_result result;
     int train_rc = ac_train(&to, &result, &err);
     cli_progress_clear(&progress);
     if (train_rc) {
-        rc = cli_error("%s", err.msg);
+        /* Another rank failed and reports it; this one ends quietly. */
+        rc = result.peer_failed ? CLI_EXIT_RUNTIME : cli_error("%s", err.msg);
+        *failure_shared = result.failure_shared;
         goto done;
     }
     if (result.status == AC_TRAIN_INTERRUPTED) {
-        int sig = stop_signal;
+        /* Under mpirun the signal may have reached another rank only. */
+        int sig = stop_signal ? stop_signal : SIGINT;
+        if (rank != 0) {
+            rc = sig == SIGTERM ? CLI_EXIT_SIGTERM : CLI_EXIT_SIGINT;
+            goto done;
+        }
         fprintf(stderr, "attnctl: interrupted at step %ld; resume with: attnctl %s --resume ",
                 result.step, a.cmd);
         print_shell_word(stderr, out_dir);
@@ -966,6 +988,27 @@ done:
         ac_rawdata_free(&val);
     ac_train_sources_free(&sources);
     ac_config_free(&cfg);
+    return rc;
+}
+
+int cli_run_training(cli_training_kind kind, int argc, char **argv)
+{
+    /* MPI starts before the stop signals are unblocked, so that its threads
+     * keep them blocked and they reach ours. */
+    cli_parallel par;
+    int rc = cli_parallel_start(&par);
+    if (rc != 0) {
+        cli_parallel_finish(&par, 1);
+        return rc;
+    }
+    int failure_shared = 0;
+    rc = run_training(kind, argc, argv, &par, &failure_shared);
+    /* An interruption, a usage error or a failure the trainer agreed on is
+     * every rank's; any other failure may be this rank's alone, and the
+     * others would wait for it: the job is ended. */
+    cli_parallel_finish(&par, rc != CLI_EXIT_OK && rc != CLI_EXIT_SIGINT &&
+                                  rc != CLI_EXIT_SIGTERM && rc != CLI_EXIT_USAGE &&
+                                  !failure_shared);
     return rc;
 }
 

@@ -52,6 +52,7 @@ void ac_config_defaults(ac_config *c)
     c->training = (ac_train_config){
         .epochs = 4,
         .batch_size = 32,
+        .micro_batch = 8,
         .optim =
             {
                 .lr = 1e-3f,
@@ -133,6 +134,7 @@ static const struct {
     {"temperature", 1}, {"crop_frac", 0}, {"crop_min", 5}, {"crop_max", 64},
     {"label_smoothing", 0}, {"token_dropout", 0}, {"ema", 0},
     {"objective", AC_OBJECTIVE_CLASSIFICATION}, {"mask_frac", AC_MLM_MASK_FRAC},
+    {"micro_batch", 0}, /* 0: the whole batch (set to batch_size after parsing) */
 };
 
 typedef struct {
@@ -185,6 +187,7 @@ static const key_spec TOKENIZER_KEYS[] = {
 static const key_spec TRAINING_KEYS[] = {
     {"epochs", K_INT, AT(training.epochs), 1, 1000000, 0, 0},
     {"batch_size", K_INT, AT(training.batch_size), 1, 65536, 0, 0},
+    {"micro_batch", K_INT, AT(training.micro_batch), 1, 65536, SINCE_0_2, 0},
     {"lr", K_FLOAT, AT(training.optim.lr), 0, 10, LO_OPEN, 0},
     {"weight_decay", K_FLOAT, AT(training.optim.weight_decay), 0, 10, 0, 0},
     {"beta1", K_FLOAT, AT(training.optim.beta1), 0, 1, HI_OPEN, 0},
@@ -778,6 +781,9 @@ int ac_config_parse(ac_config *c, const char *json, size_t len, const char *name
      * labels without n_classes set the class count. */
     if (set_vocab_size && !set_vocab_max)
         tmp.training.vocab_max = tmp.model.vocab_size;
+    /* Runs from before micro-batches took their whole batch at once. */
+    if (tmp.training.micro_batch == 0)
+        tmp.training.micro_batch = tmp.training.batch_size;
     if (have_labels && n_new_labels == 0 && tmp.model.objective != AC_OBJECTIVE_MASKED_LM) {
         ac_err_set(err, "%s: labels: must hold 2..1000 names (got 0)", name);
         goto done;

@@ -54,9 +54,15 @@ float crossentropy_forward(float *losses, float *probs, const float *logits, con
 void crossentropy_backward(float *dlogits, const float *probs, const int32_t *labels, int B, int C,
                            float smoothing)
 {
+    crossentropy_backward_of_mean(dlogits, probs, labels, B, C, smoothing, B);
+}
+
+void crossentropy_backward_of_mean(float *dlogits, const float *probs, const int32_t *labels,
+                                   int B, int C, float smoothing, int mean_rows)
+{
     if (!dlogits)
         return;
-    float inv_batch = 1.0f / (float)B;
+    float inv_batch = 1.0f / (float)mean_rows;
     float off = smoothing / (float)C, on = 1.0f - smoothing + off;
     for (int b = 0; b < B; b++) {
         const float *p = probs + (size_t)b * C;

@@ -49,12 +49,50 @@ static int first_eligible(const ac_mlm_masking *s, const int32_t *row, int lengt
     return s->skip_first_id >= 0 && length > 0 && row[0] == s->skip_first_id ? 1 : 0;
 }
 
+/* How many positions of a row with n eligible tokens are masked:
+ * floor(mask_frac * n + u), at most n and at most ceil(mask_frac * n) (which
+ * that floor never exceeds: the cap only guards the buffers, and depends on
+ * the row alone, not on the padded length of the batch it is in). */
+static int row_mask_count(const ac_mlm_masking *spec, int n, uint64_t row_key)
+{
+    double want = spec->mask_frac * (double)n +
+                  (double)ac_rng_uniform(ac_rng_key(row_key, STREAM_COUNT), 0);
+    int k = (int)floor(want);
+    int cap = ac_mlm_max_masked(1, n, spec->mask_frac);
+    if (k > n)
+        k = n;
+    return k > cap ? cap : k;
+}
+
+int ac_mlm_count_masked(const ac_mlm_masking *spec, const int32_t *ids, const int32_t *lengths,
+                        int B, int T, uint64_t key, int64_t first_row)
+{
+    int M = 0, any_eligible = 0;
+    for (int b = 0; b < B; b++) {
+        int n = lengths[b] - first_eligible(spec, ids + (size_t)b * T, lengths[b]);
+        if (n <= 0)
+            continue;
+        any_eligible = 1;
+        M += row_mask_count(spec, n, ac_rng_key(key, (uint64_t)(first_row + b)));
+    }
+    if (!any_eligible)
+        return -1;
+    return M > 0 ? M : 1;
+}
+
 int ac_mlm_mask_batch(const ac_mlm_masking *spec, const int32_t *ids, const int32_t *lengths,
                       int B, int T, uint64_t key, int32_t *masked_ids, int32_t *positions,
                       int32_t *targets, int32_t *scratch)
 {
+    return ac_mlm_mask_rows(spec, ids, lengths, B, T, key, 0, masked_ids, positions, targets,
+                            scratch);
+}
+
+int ac_mlm_mask_rows(const ac_mlm_masking *spec, const int32_t *ids, const int32_t *lengths,
+                     int B, int T, uint64_t key, int64_t first_row, int32_t *masked_ids,
+                     int32_t *positions, int32_t *targets, int32_t *scratch)
+{
     memcpy(masked_ids, ids, (size_t)B * (size_t)T * sizeof *ids);
-    const int cap_per_row = ac_mlm_max_masked(1, T, spec->mask_frac);
     int M = 0, any_eligible = -1;
     for (int b = 0; b < B; b++) {
         const int32_t *row = ids + (size_t)b * T;
@@ -64,15 +102,9 @@ int ac_mlm_mask_batch(const ac_mlm_masking *spec, const int32_t *ids, const int3
             continue;
         if (any_eligible < 0)
             any_eligible = b;
-        uint64_t row_key = ac_rng_key(key, (uint64_t)b);
-        double want = spec->mask_frac * (double)n +
-                      (double)ac_rng_uniform(ac_rng_key(row_key, STREAM_COUNT), 0);
-        int k = (int)floor(want);
-        if (k > n)
-            k = n;
-        if (k > cap_per_row)
-            k = cap_per_row;
-        /* k of the n eligible positions: a partial Fisher-Yates shuffle. */
+        uint64_t row_key = ac_rng_key(key, (uint64_t)(first_row + b));
+        int k = row_mask_count(spec, n, row_key);
+    /* k of the n eligible positions: a partial Fisher-Yates shuffle. */
         for (int i = 0; i < n; i++)
             scratch[i] = first + i;
         uint64_t choose = ac_rng_key(row_key, STREAM_CHOOSE);
@@ -105,7 +137,9 @@ int ac_mlm_mask_batch(const ac_mlm_masking *spec, const int32_t *ids, const int3
     if (M == 0) {
         int b = any_eligible;
         int first = first_eligible(spec, ids + (size_t)b * T, lengths[b]);
-        uint64_t forced = ac_rng_key(key, STREAM_FORCED);
+        /* One stream per group of rows (the rows of a micro-batch), far
+         * from the row streams. */
+        uint64_t forced = ac_rng_key(key, STREAM_FORCED - (uint64_t)first_row);
         int t = first + (int)ac_rng_below(forced, 0, (uint64_t)(lengths[b] - first));
         size_t pos = (size_t)b * T + (size_t)t;
         mask_position(spec, ids, masked_ids, pos, forced, t);
@@ -197,7 +231,13 @@ float softmax_xent_inplace_forward(float *logits, float *losses, int32_t *predic
 
 void softmax_xent_inplace_backward(float *probs, const int32_t *targets, int M, int V)
 {
-    const float inv = 1.0f / (float)M;
+    softmax_xent_inplace_backward_of_mean(probs, targets, M, V, M);
+}
+
+void softmax_xent_inplace_backward_of_mean(float *probs, const int32_t *targets, int M, int V,
+                                           int mean_rows)
+{
+    const float inv = 1.0f / (float)mean_rows;
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < M; r++) {
         float *p = probs + (size_t)r * V;
@@ -319,7 +359,8 @@ void ac_mlm_backward(ac_model *m, ac_mlm *h)
     const int M = h->n_rows, d = m->cfg.d_model, V = m->cfg.vocab_size;
     if (M < 1 || m->last_B < 1 || !m->last_maps_kept)
         return;
-    softmax_xent_inplace_backward(h->logits, h->last_targets, M, V);
+    softmax_xent_inplace_backward_of_mean(h->logits, h->last_targets, M, V,
+                                          h->mean_rows > 0 ? h->mean_rows : M);
     memset(h->grad_hidden, 0, (size_t)M * d * sizeof *h->grad_hidden);
     /* The output layer is the embedding: its gradient lands in embed.weight's. */
     linear_backward(h->grad_hidden, m->g.embed_w, m->g.mlm_bias, h->logits, h->hidden,

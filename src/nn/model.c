@@ -951,8 +951,9 @@ void ac_model_backward(ac_model *m)
         return; /* no forward with ids, labels and attention maps to differentiate */
     double t = prof_start(m);
     zero_floats(a->grad_logits, (size_t)m->last_B * m->cfg.n_classes);
-    crossentropy_backward(a->grad_logits, a->probs_out, m->last_labels, m->last_B,
-                          m->cfg.n_classes, m->last_train ? m->label_smoothing : 0.0f);
+    crossentropy_backward_of_mean(a->grad_logits, a->probs_out, m->last_labels, m->last_B,
+                                  m->cfg.n_classes, m->last_train ? m->label_smoothing : 0.0f,
+                                  m->mean_rows > 0 ? m->mean_rows : m->last_B);
     backward_from_logits(m, &m->g, NULL, t);
 }
 

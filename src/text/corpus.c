@@ -527,10 +527,24 @@ int ac_batch_plan_make_cropped(ac_batch_plan *p, const ac_corpus *c, const int64
     return 0;
 }
 
+int64_t ac_batch_plan_tokens(const ac_batch_plan *p, const ac_corpus *c, int64_t b)
+{
+    int64_t tokens = 0;
+    for (int64_t i = p->batch_start[b]; i < p->batch_start[b + 1]; i++)
+        tokens += plan_length(p, c, i);
+    return tokens;
+}
+
 void ac_batch_fill(ac_batch *out, const ac_corpus *c, const ac_batch_plan *p, int64_t b)
 {
-    int64_t begin = p->batch_start[b], end = p->batch_start[b + 1];
-    int B = (int)(end - begin), T = 0;
+    ac_batch_fill_rows(out, c, p, b, 0, ac_batch_plan_rows(p, b));
+}
+
+void ac_batch_fill_rows(ac_batch *out, const ac_corpus *c, const ac_batch_plan *p, int64_t b,
+                        int first_row, int n)
+{
+    int64_t begin = p->batch_start[b] + first_row;
+    int B = n, T = 0;
     for (int i = 0; i < B; i++) {
         int64_t len = plan_length(p, c, begin + i);
         if (len > T)

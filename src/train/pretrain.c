@@ -59,23 +59,37 @@ void pretrain_free(trainer *t)
     t->have_mlm = 0;
 }
 
-/* Masks batch b with key; the number of masked positions, or -1 (error set). */
-static int mask_batch(trainer *t, const ac_batch *b, uint64_t key, ac_err *err)
+/* Masks batch b (rows first_row.. of a batch) with key; the number of
+ * masked positions, or -1 (error set). */
+static int mask_batch(trainer *t, const ac_batch *b, uint64_t key, int64_t first_row,
+                      ac_err *err)
 {
     ac_mlm *h = &t->mlm;
-    int M = ac_mlm_mask_batch(&t->masking, b->ids, b->lengths, b->B, b->T, key, h->masked_ids,
-                              h->positions, h->targets, h->scratch);
+    int M = ac_mlm_mask_rows(&t->masking, b->ids, b->lengths, b->B, b->T, key, first_row,
+                             h->masked_ids, h->positions, h->targets, h->scratch);
     if (M < 1)
         return ac_err_set(err, "internal error: a batch without a token to mask");
     return M;
 }
 
-int pretrain_forward(trainer *t, const ac_batch *b, uint64_t dropout_key, float *loss,
-                     ac_err *err)
+static uint64_t step_mask_key(const trainer *t)
 {
-    uint64_t key = ac_rng_key(ac_rng_key(t->cfg.training.seed, STREAM_MASK),
-                              (uint64_t)t->state.step);
-    int M = mask_batch(t, b, key, err);
+    return ac_rng_key(ac_rng_key(t->cfg.training.seed, STREAM_MASK), (uint64_t)t->state.step);
+}
+
+int pretrain_count_masked(trainer *t, const ac_batch *b, int64_t first_row, ac_err *err)
+{
+    int M = ac_mlm_count_masked(&t->masking, b->ids, b->lengths, b->B, b->T, step_mask_key(t),
+                                first_row);
+    if (M < 1)
+        return ac_err_set(err, "internal error: a batch without a token to mask");
+    return M;
+}
+
+int pretrain_forward(trainer *t, const ac_batch *b, uint64_t dropout_key, int64_t first_row,
+                     float *loss, ac_err *err)
+{
+    int M = mask_batch(t, b, step_mask_key(t), first_row, err);
     if (M < 0)
         return -1;
     ac_mlm *h = &t->mlm;
@@ -91,21 +105,37 @@ int pretrain_evaluate(trainer *t, double *loss, double *accuracy, ac_err *err)
     ac_batch *b = &t->batch;
     ac_mlm *h = &t->mlm;
     const uint64_t eval_key = ac_rng_key(t->cfg.training.seed, STREAM_EVAL_MASK);
-    double loss_sum = 0.0;
-    int64_t correct = 0, masked = 0;
-    for (int64_t i = 0; i < t->val_plan.n_batches; i++) {
+    const int64_t n_batches = t->val_plan.n_batches;
+    double *loss_of = t->eval_slots, *masked_of = loss_of + n_batches,
+           *correct_of = masked_of + n_batches;
+    memset(t->eval_slots, 0, 3 * (size_t)n_batches * sizeof *t->eval_slots);
+    int64_t first, last;
+    trainer_rank_share(t, n_batches, &first, &last);
+    for (int64_t i = first; i < last; i++) {
         ac_batch_fill(b, t->val_src, &t->val_plan, i);
-        int M = mask_batch(t, b, ac_rng_key(eval_key, (uint64_t)i), err);
+        int M = mask_batch(t, b, ac_rng_key(eval_key, (uint64_t)i), 0, err);
         if (M < 0)
             return -1;
         float l = ac_mlm_forward(&t->model, h, h->masked_ids, b->lengths, b->B, b->T,
                                  h->positions, h->targets, M, 0, 0);
-        if (!isfinite(l))
-            return trainer_non_finite_error(t, t->state.step, "the held-out masked-token loss", l,
-                                            err);
-        loss_sum += (double)l * M;
-        correct += h->n_correct;
-        masked += M;
+        loss_of[i] = l;
+        masked_of[i] = M;
+        correct_of[i] = h->n_correct;
+        if (!isfinite(l) && !t->comm)
+            break;
+    }
+    if (trainer_share_eval_slots(t, 3 * (size_t)n_batches, err))
+        return -1;
+    /* In batch order, whichever rank computed a batch. */
+    double loss_sum = 0.0;
+    int64_t correct = 0, masked = 0;
+    for (int64_t i = 0; i < n_batches; i++) {
+        if (!isfinite(loss_of[i]))
+            return trainer_non_finite_error(t, t->state.step, "the held-out masked-token loss",
+                                            loss_of[i], err);
+        loss_sum += loss_of[i] * masked_of[i];
+        correct += (int64_t)correct_of[i];
+        masked += (int64_t)masked_of[i];
     }
     *loss = masked ? loss_sum / (double)masked : NAN;
     *accuracy = masked ? (double)correct / (double)masked : NAN;

@@ -118,6 +118,8 @@ static int check_labelled(const ac_rawdata *d, const char *what, ac_err *err)
 static int write_sources(const trainer *t, ac_err *err)
 {
     const ac_train_options *o = t->opt;
+    if (!t->writer)
+        return 0;
     cJSON *root = cJSON_CreateObject();
     char *abs_train = o->train_path ? realpath(o->train_path, NULL) : NULL;
     char *abs_val = o->val_path ? realpath(o->val_path, NULL) : NULL;
@@ -237,6 +239,8 @@ static void format_number(char *buf, size_t n, double v)
 
 static int write_metrics_and_curves(const trainer *t, ac_err *err)
 {
+    if (!t->writer)
+        return 0;
     size_t cap = 640 * (size_t)(t->n_points + 1), len = 0; /* a line is at most ~450 bytes */
     char *text = malloc(cap);
     if (!text)
@@ -361,6 +365,10 @@ static int load_metrics_until(trainer *t, long max_step, ac_err *err)
 
 static int save_best(trainer *t, ac_err *err)
 {
+    if (!t->writer) {
+        t->model_saved = 1;
+        return 0;
+    }
     t->cfg.provenance.best_val_accuracy = t->n_val > 0 ? t->state.best_metric : -1.0;
     set_date(&t->cfg.provenance);
     if (ac_model_dir_save(t->opt->out_dir, &t->cfg, &t->vocab, &t->model, NULL, NULL, NULL, err))
@@ -463,6 +471,10 @@ static int load_ema(trainer *t, ac_err *err)
 
 static int save_checkpoint(trainer *t, ac_err *err)
 {
+    if (!t->writer) {
+        t->ckpt_step = t->state.step;
+        return 0;
+    }
     if (t->have_ema && save_ema(t, err))
         return ac_err_prefix(err, "saving the averaged weights");
     t->cfg.provenance.best_val_accuracy = t->n_val > 0 ? t->state.best_metric : -1.0;
@@ -745,6 +757,54 @@ static int make_epoch_plan(trainer *t, int epoch, ac_err *err)
     return 0;
 }
 
+/* Micro-batches of a step, and what summing them and sharing them among
+ * ranks needs. */
+static int setup_micro_batches(trainer *t, ac_err *err)
+{
+    const ac_train_config *tc = &t->cfg.training;
+    const int ranks = t->comm ? t->comm->size : 1;
+    if (tc->micro_batch < 1)
+        return ac_err_set(err, "training.micro_batch must be at least 1");
+    t->micro_batch = tc->micro_batch < tc->batch_size ? tc->micro_batch : tc->batch_size;
+    t->max_micro = (tc->batch_size + t->micro_batch - 1) / t->micro_batch;
+    if (ranks > t->max_micro)
+        return ac_err_set(err, "%d processes but a step has only %d micro-batch%s (batch %d, "
+                               "micro-batch %d): use at most %d process%s, or a smaller "
+                               "--micro-batch",
+                          ranks, t->max_micro, t->max_micro == 1 ? "" : "es", tc->batch_size,
+                          t->micro_batch, t->max_micro, t->max_micro == 1 ? "" : "es");
+    t->step_slots = calloc((size_t)t->max_micro + 3, sizeof *t->step_slots);
+    t->micro_masked = calloc((size_t)t->max_micro, sizeof *t->micro_masked);
+    int64_t val_batches = t->have_val_plan ? t->val_plan.n_batches : 0;
+    int64_t span_batches = t->have_span_plan ? t->span_plan.n_batches : 0;
+    int64_t most = val_batches > span_batches ? val_batches : span_batches;
+    t->eval_slots = calloc(3 * (size_t)(most > 0 ? most : 1), sizeof *t->eval_slots);
+    t->gather_offsets = calloc((size_t)ranks + 1, sizeof *t->gather_offsets);
+    if (!t->step_slots || !t->micro_masked || !t->eval_slots || !t->gather_offsets)
+        return ac_err_set(err, "out of memory");
+    if (t->max_micro > 1) {
+        long positions = (long)tc->batch_size * (long)t->cfg.model.max_len;
+        if (ac_gradsum_init(&t->gradsum, &t->model, positions, t->max_micro, err))
+            return -1;
+        t->have_gradsum = 1;
+    }
+    return 0;
+}
+
+void trainer_rank_share(const trainer *t, int64_t n, int64_t *begin, int64_t *end)
+{
+    const int64_t ranks = t->comm ? t->comm->size : 1, rank = t->comm ? t->comm->rank : 0;
+    *begin = n * rank / ranks;
+    *end = n * (rank + 1) / ranks;
+}
+
+int trainer_share_eval_slots(trainer *t, size_t n, ac_err *err)
+{
+    if (!t->comm)
+        return 0;
+    return t->comm->sum_doubles(t->comm, t->eval_slots, n, err);
+}
+
 static int setup(trainer *t, ac_err *err)
 {
     const ac_train_options *o = t->opt;
@@ -769,7 +829,7 @@ static int setup(trainer *t, ac_err *err)
         !(t->svg_path = trainer_path_join(o->out_dir, AC_CURVES_FILE, err)) ||
         !(t->calibration_path = trainer_path_join(o->out_dir, AC_CALIBRATION_FILE, err)))
         return -1;
-    if (ac_mkdir_p(o->out_dir, err))
+    if (t->writer && ac_mkdir_p(o->out_dir, err))
         return -1;
     if (o->resume ? setup_resume(t, err) : setup_fresh(t, err))
         return -1;
@@ -813,17 +873,21 @@ static int setup(trainer *t, ac_err *err)
         t->have_span_plan = 1;
         int C = t->cfg.model.n_classes;
         t->val_logits = malloc((size_t)t->n_val * (size_t)C * sizeof *t->val_logits);
+        t->span_logits = malloc((size_t)t->n_val * (size_t)C * sizeof *t->span_logits);
         t->val_labels = malloc((size_t)t->n_val * sizeof *t->val_labels);
         t->val_probs = malloc((size_t)C * sizeof *t->val_probs);
         t->val_scaled = malloc((size_t)C * sizeof *t->val_scaled);
         t->val_predicted = malloc((size_t)C * sizeof *t->val_predicted);
-        if (!t->val_logits || !t->val_labels || !t->val_probs || !t->val_scaled ||
-            !t->val_predicted)
+        if (!t->val_logits || !t->span_logits || !t->val_labels || !t->val_probs ||
+            !t->val_scaled || !t->val_predicted)
             return ac_err_set(err, "out of memory for the validation logits");
         if (ac_metrics_init(&t->val_metrics, C, t->n_val, err))
             return -1;
         t->have_val_metrics = 1;
     }
+
+    if (setup_micro_batches(t, err))
+        return -1;
 
     /* config.json stores warmup as a fraction of all steps: a warmup given in
      * steps becomes the fraction that rounds back to it, so that a resumed
@@ -876,6 +940,8 @@ static int setup(trainer *t, ac_err *err)
             return write_sources(t, err);
         return 0;
     }
+    if (!t->writer)
+        return 0;
     if (ac_mkdir_p(t->ckpt_dir, err) || write_sources(t, err))
         return -1;
     /* A fresh run starts a fresh log. */
@@ -918,7 +984,14 @@ static void trainer_free(trainer *t)
     free(t->svg_path);
     free(t->calibration_path);
     free(t->val_logits);
+    free(t->span_logits);
     free(t->val_labels);
+    free(t->micro_masked);
+    free(t->step_slots);
+    free(t->eval_slots);
+    free(t->gather_offsets);
+    if (t->have_gradsum)
+        ac_gradsum_free(&t->gradsum);
     free(t->val_probs);
     free(t->val_scaled);
     free(t->val_predicted);
@@ -1000,30 +1073,180 @@ int trainer_non_finite_error(const trainer *t, long step, const char *what, doub
                       step, what, isnan(v) ? "NaN" : "infinite", where);
 }
 
-/* One optimizer step on batch state.batch_in_epoch of the current plan. Allocates nothing. */
+static uint64_t step_dropout_key(const trainer *t)
+{
+    return ac_rng_key(ac_rng_key(t->cfg.training.seed, STREAM_DROPOUT), (uint64_t)t->state.step);
+}
+
+/* Forward and backward of one batch: the whole step's (first_row 0,
+ * mean_rows 0) or a micro-batch's, whose loss is part of a mean over
+ * mean_rows rows (masked positions for the masked LM). Gradients are added
+ * into m->grads. */
+static int forward_backward(trainer *t, const ac_batch *b, uint64_t dropout_key,
+                            int64_t first_row, int mean_rows, float *loss, ac_err *err)
+{
+    ac_model *m = &t->model;
+    if (t->cfg.model.objective == AC_OBJECTIVE_MASKED_LM) {
+        if (pretrain_forward(t, b, dropout_key, first_row, loss, err))
+            return -1;
+    } else {
+        *loss = ac_model_forward(m, b->ids, b->lengths, b->labels, b->B, b->T, 1, dropout_key);
+    }
+    if (!isfinite(*loss))
+        return trainer_non_finite_error(t, t->state.step + 1, "the training loss", *loss, err);
+    if (t->cfg.model.objective == AC_OBJECTIVE_MASKED_LM) {
+        t->mlm.mean_rows = mean_rows;
+        ac_mlm_backward(m, &t->mlm);
+        t->mlm.mean_rows = 0;
+    } else {
+        m->mean_rows = mean_rows;
+        ac_model_backward(m);
+        m->mean_rows = 0;
+    }
+    return 0;
+}
+
+/* The step's gradient from its micro-batches: this rank's block of them
+ * summed exactly, then the sums of all ranks (the same bits for any split).
+ * step_slots[j] receives micro-batch j's loss (0 for other ranks' ones).
+ * Returns -1 with err set on a failure here; *failed_here says whose. */
+static int micro_batch_gradient(trainer *t, int64_t batch, int rows, int n_micro,
+                                int *failed_here, ac_err *err)
+{
+    ac_model *m = &t->model;
+    ac_batch *b = &t->batch;
+    const int mb = t->micro_batch;
+    const int masked_lm = t->cfg.model.objective == AC_OBJECTIVE_MASKED_LM;
+    /* Masked LM: the step's loss is a mean over all its masked positions. */
+    int mean_rows = rows;
+    if (masked_lm) {
+        mean_rows = 0;
+        for (int j = 0; j < n_micro; j++) {
+            int first = j * mb, n = rows - first < mb ? rows - first : mb;
+            ac_batch_fill_rows(b, &t->train_corpus, &t->plan, batch, first, n);
+            int M = pretrain_count_masked(t, b, first, err);
+            if (M < 0) {
+                *failed_here = 1;
+                return -1;
+            }
+            t->micro_masked[j] = M;
+            mean_rows += M;
+        }
+    }
+    ac_gradsum_clear(&t->gradsum);
+    const uint64_t step_key = step_dropout_key(t);
+    int64_t mine_first, mine_end;
+    trainer_rank_share(t, n_micro, &mine_first, &mine_end);
+    for (int64_t j = mine_first; j < mine_end; j++) {
+        int first = (int)j * mb, n = rows - first < mb ? rows - first : mb;
+        ac_batch_fill_rows(b, &t->train_corpus, &t->plan, batch, first, n);
+        /* Micro-batch 0 keeps the step's key: a step of one micro-batch is
+         * the step of before micro-batches. */
+        uint64_t key = j == 0 ? step_key : ac_rng_key(step_key, (uint64_t)j);
+        float loss;
+        if (forward_backward(t, b, key, first, mean_rows, &loss, err) ||
+            ac_gradsum_add(&t->gradsum, m, err)) {
+            *failed_here = 1;
+            return -1;
+        }
+        t->step_slots[j] = loss;
+    }
+    return 0;
+}
+
+/* Some rank failed: all stop with an error, and one message is printed
+ * (the CLI keeps quiet when peer_failed): rank 0's when it failed, else the
+ * failing rank's, with rank 0 pointing at it. Returns -1. */
+static int agree_on_failure(trainer *t, int failed_here, int rank0_failed, ac_err *err)
+{
+    t->failure_shared = 1;
+    if (failed_here) {
+        t->peer_failed = t->comm->rank != 0 && rank0_failed;
+        return -1; /* err holds this rank's message */
+    }
+    t->peer_failed = t->comm->rank != 0;
+    return ac_err_set(err, "step %ld: another process failed (its message is above)",
+                      t->state.step + 1);
+}
+
+/* Every rank's touched rows become each rank's (an OR of the bit sets). */
+static int merge_touched_rows(ac_gradsum *g, ac_comm *c, ac_err *err)
+{
+    if (g->token_rows && c->or_words(c, g->tokens.touched, g->tokens.words, err))
+        return -1;
+    if (g->ngrams.touched && c->or_words(c, g->ngrams.touched, g->ngrams.words, err))
+        return -1;
+    return 0;
+}
+
+/* Micro-batch j's share of the step's mean loss. */
+static double micro_weight(const trainer *t, int j, int rows, int n_micro)
+{
+    if (n_micro == 1)
+        return 1.0;
+    if (t->cfg.model.objective == AC_OBJECTIVE_MASKED_LM) {
+        long total = 0;
+        for (int i = 0; i < n_micro; i++)
+            total += t->micro_masked[i];
+        return (double)t->micro_masked[j] / (double)total;
+    }
+    int first = j * t->micro_batch;
+    int n = rows - first < t->micro_batch ? rows - first : t->micro_batch;
+    return (double)n / (double)rows;
+}
+
+/* One optimizer step on batch state.batch_in_epoch of the current plan. Allocates nothing.
+ * A batch of one micro-batch is computed whole (by every rank: nothing to
+ * share); a larger one in micro-batches summed exactly. */
 static int train_step(trainer *t, session_stats *s, ac_err *err)
 {
     ac_model *m = &t->model;
     ac_batch *b = &t->batch;
     double t_start = now_s();
-    ac_batch_fill(b, &t->train_corpus, &t->plan, t->state.batch_in_epoch);
-    uint64_t dropout_key = ac_rng_key(ac_rng_key(t->cfg.training.seed, STREAM_DROPOUT),
-                                      (uint64_t)t->state.step);
-    const int masked_lm = t->cfg.model.objective == AC_OBJECTIVE_MASKED_LM;
-    float loss;
-    if (masked_lm) {
-        if (pretrain_forward(t, b, dropout_key, &loss, err))
-            return -1;
-    } else {
-        loss = ac_model_forward(m, b->ids, b->lengths, b->labels, b->B, b->T, 1, dropout_key);
-    }
-    if (!isfinite(loss))
-        return trainer_non_finite_error(t, t->state.step + 1, "the training loss", loss, err);
+    const int64_t batch = t->state.batch_in_epoch;
+    const int rows = ac_batch_plan_rows(&t->plan, batch);
+    const int n_micro = (rows + t->micro_batch - 1) / t->micro_batch;
+    memset(t->step_slots, 0, ((size_t)n_micro + 3) * sizeof *t->step_slots);
     ac_model_zero_grad(m);
-    if (masked_lm)
-        ac_mlm_backward(m, &t->mlm);
-    else
-        ac_model_backward(m);
+    int failed_here = 0, rc = 0;
+    if (n_micro <= 1) {
+        ac_batch_fill(b, &t->train_corpus, &t->plan, batch);
+        float loss;
+        rc = forward_backward(t, b, step_dropout_key(t), 0, 0, &loss, err);
+        failed_here = rc != 0;
+        if (!t->comm || t->comm->rank == 0)
+            t->step_slots[0] = loss;
+    } else {
+        rc = micro_batch_gradient(t, batch, rows, n_micro, &failed_here, err);
+    }
+    if (t->comm) {
+        /* Every rank learns the losses, whether one failed and whether one
+         * was asked to stop, so that all take the same path. */
+        t->step_slots[n_micro] = failed_here;
+        t->step_slots[n_micro + 1] = t->opt->stop && *t->opt->stop ? 1.0 : 0.0;
+        t->step_slots[n_micro + 2] = failed_here && t->comm->rank == 0;
+        if (t->comm->sum_doubles(t->comm, t->step_slots, (size_t)n_micro + 3, err))
+            return -1;
+        t->stop_agreed = t->step_slots[n_micro + 1] > 0;
+        if (t->step_slots[n_micro] > 0 && agree_on_failure(t, failed_here,
+                                                           t->step_slots[n_micro + 2] > 0, err))
+            return -1;
+    }
+    if (rc)
+        return -1;
+    if (n_micro > 1) {
+        ac_gradsum *g = &t->gradsum;
+        if (t->comm && merge_touched_rows(g, t->comm, err))
+            return -1;
+        size_t n = ac_gradsum_pack(g);
+        if (t->comm && t->comm->sum_int128(t->comm, g->packed, n, err))
+            return -1;
+        ac_gradsum_unpack(g, m);
+    }
+    double step_loss = 0.0;
+    for (int j = 0; j < n_micro; j++)
+        step_loss += micro_weight(t, j, rows, n_micro) * t->step_slots[j];
+    float loss = (float)step_loss;
     float norm = ac_model_clip_grad_norm(m, t->optim.clip_norm);
     if (!isfinite(norm))
         return trainer_non_finite_error(t, t->state.step + 1, "the gradient norm", norm, err);
@@ -1043,14 +1266,12 @@ static int train_step(trainer *t, session_stats *s, ac_err *err)
     t->state.train_loss_sum += loss;
     t->state.train_loss_count++;
 
-    long tokens = 0;
-    for (int i = 0; i < b->B; i++)
-        tokens += b->lengths[i];
+    long tokens = (long)ac_batch_plan_tokens(&t->plan, &t->train_corpus, batch);
     double dt = now_s() - t_start;
     s->train_time += dt;
     s->time_since_eval += dt;
     s->steps++;
-    s->examples += b->B;
+    s->examples += rows;
     s->tokens += (double)tokens;
     s->tokens_since_eval += (double)tokens;
     s->last_loss = loss;
@@ -1058,41 +1279,73 @@ static int train_step(trainer *t, session_stats *s, ac_err *err)
     return 0;
 }
 
+/* Every rank gets the logits [rows, C] of every rank's share of the plan's
+ * batches (rank r computed batches trainer_rank_share gave it). */
+static int share_logits(trainer *t, const ac_batch_plan *plan, float *logits, ac_err *err)
+{
+    if (!t->comm)
+        return 0;
+    const size_t row_bytes = (size_t)t->cfg.model.n_classes * sizeof *logits;
+    const int ranks = t->comm->size;
+    for (int r = 0; r <= ranks; r++) {
+        int64_t batch = plan->n_batches * r / ranks;
+        t->gather_offsets[r] = (size_t)plan->batch_start[batch] * row_bytes;
+    }
+    return t->comm->gather_bytes(t->comm, logits, t->gather_offsets, err);
+}
+
 /* Loss and accuracy over a plan of validation rows, no dropout, at
- * temperature 1 (the raw model; the temperature is fitted afterwards). With
- * keep_logits the logits and labels are kept in plan order for the fit. */
-static int evaluate(trainer *t, const ac_batch_plan *plan, int keep_logits, double *val_loss,
+ * temperature 1 (the raw model; the temperature is fitted afterwards). The
+ * logits land in logits [rows, C] in plan order (and the labels in
+ * val_labels). Ranks share the batches and then their logits, and every
+ * figure is computed from them in plan order, so it is the same bits for
+ * any number of ranks. */
+static int evaluate(trainer *t, const ac_batch_plan *plan, float *logits, double *val_loss,
                     double *val_accuracy, double *majority_share, ac_err *err)
 {
     ac_model *m = &t->model;
     ac_batch *b = &t->batch;
     int C = t->cfg.model.n_classes;
+    double *loss_of = t->eval_slots; /* [n_batches] */
+    memset(loss_of, 0, (size_t)plan->n_batches * sizeof *loss_of);
+    m->cfg.temperature = 1.0f;
+    int64_t first, end;
+    trainer_rank_share(t, plan->n_batches, &first, &end);
+    for (int64_t i = first; i < end; i++) {
+        ac_batch_fill(b, t->val_src, plan, i);
+        float loss = ac_model_forward(m, b->ids, b->lengths, b->labels, b->B, b->T, 0, 0);
+        memcpy(logits + (size_t)plan->batch_start[i] * (size_t)C, m->act.logits,
+               (size_t)b->B * (size_t)C * sizeof(float));
+        loss_of[i] = loss;
+        if (!isfinite(loss) && !t->comm)
+            break;
+    }
+    m->cfg.temperature = t->cfg.model.temperature;
+    if (share_logits(t, plan, logits, err) || trainer_share_eval_slots(t, (size_t)plan->n_batches,
+                                                                       err))
+        return -1;
+    /* The labels in plan order (the same rows for the validation and span plans). */
+    for (int64_t i = 0; i < plan->batch_start[plan->n_batches]; i++)
+        t->val_labels[i] = t->val_src->labels[plan->order[i]];
     double loss_sum = 0;
     int64_t correct = 0, seen = 0;
     int64_t *predicted = t->val_predicted; /* [C] counts */
     memset(predicted, 0, (size_t)C * sizeof *predicted);
-    m->cfg.temperature = 1.0f;
     for (int64_t i = 0; i < plan->n_batches; i++) {
-        ac_batch_fill(b, t->val_src, plan, i);
-        float loss = ac_model_forward(m, b->ids, b->lengths, b->labels, b->B, b->T, 0, 0);
-        if (keep_logits) {
-            memcpy(t->val_logits + (size_t)seen * (size_t)C, m->act.logits,
-                   (size_t)b->B * (size_t)C * sizeof(float));
-            memcpy(t->val_labels + seen, b->labels, (size_t)b->B * sizeof(int32_t));
-        }
-        if (!isfinite(loss))
-            return trainer_non_finite_error(t, t->state.step, "the validation loss", loss, err);
-        loss_sum += (double)loss * b->B;
-        for (int r = 0; r < b->B; r++) {
-            const float *logits = m->act.logits + (size_t)r * (size_t)C;
+        if (!isfinite(loss_of[i]))
+            return trainer_non_finite_error(t, t->state.step, "the validation loss", loss_of[i],
+                                            err);
+        int B = ac_batch_plan_rows(plan, i);
+        loss_sum += loss_of[i] * B;
+        for (int r = 0; r < B; r++, seen++) {
+            const float *z = logits + (size_t)seen * (size_t)C;
             int best = 0;
             for (int c = 1; c < C; c++)
-                if (logits[c] > logits[best])
+                if (z[c] > z[best])
                     best = c;
-            correct += best == b->labels[r];
+            correct += best == t->val_labels[seen];
             predicted[best]++;
         }
-        seen += b->B;
     }
     *val_loss = seen ? loss_sum / (double)seen : NAN;
     *val_accuracy = seen ? (double)correct / (double)seen : NAN;
@@ -1100,7 +1353,6 @@ static int evaluate(trainer *t, const ac_batch_plan *plan, int keep_logits, doub
     for (int c = 0; c < C; c++)
         most = predicted[c] > most ? predicted[c] : most;
     *majority_share = seen ? (double)most / (double)seen : NAN;
-    m->cfg.temperature = t->cfg.model.temperature;
     return 0;
 }
 
@@ -1136,6 +1388,8 @@ static int calibrate(trainer *t, double *temperature, double *ece, ac_err *err)
 
 static int write_calibration_svg(const trainer *t, double temperature, ac_err *err)
 {
+    if (!t->writer)
+        return 0;
     ac_reliability r;
     if (ac_metrics_reliability(&t->val_metrics, &r, err))
         return -1;
@@ -1166,8 +1420,9 @@ static int evaluate_and_save(trainer *t, session_stats *s, ac_train_result *res,
     if (t->n_val > 0 && masked_lm && pretrain_evaluate(t, &val_loss, &val_accuracy, err))
         return -1;
     if (t->n_val > 0 && !masked_lm &&
-        (evaluate(t, &t->val_plan, 1, &val_loss, &val_accuracy, &val_majority, err) ||
-         evaluate(t, &t->span_plan, 0, &span_loss, &span_accuracy, &span_majority, err) ||
+        (evaluate(t, &t->val_plan, t->val_logits, &val_loss, &val_accuracy, &val_majority, err) ||
+         evaluate(t, &t->span_plan, t->span_logits, &span_loss, &span_accuracy, &span_majority,
+                  err) ||
                          calibrate(t, &temperature, &ece, err)))
         return -1;
     ac_trainer_state *st = &t->state;
@@ -1232,6 +1487,28 @@ static int evaluate_and_save(trainer *t, session_stats *s, ac_train_result *res,
     return 0;
 }
 
+/* Whether every rank's setup worked (a missing file or too little memory
+ * may hit one machine only). */
+static int agree_on_setup(trainer *t, int failed_here, ac_err *err)
+{
+    double flags[2] = {failed_here, failed_here && t->comm->rank == 0};
+    ac_err local;
+    if (t->comm->sum_doubles(t->comm, flags, 2, &local)) {
+        if (!failed_here)
+            *err = local;
+        return -1;
+    }
+    if (flags[0] == 0)
+        return 0;
+    t->failure_shared = 1;
+    if (failed_here) {
+        t->peer_failed = t->comm->rank != 0 && flags[1] > 0;
+        return -1;
+    }
+    t->peer_failed = t->comm->rank != 0;
+    return ac_err_set(err, "another process failed to start training (its message is above)");
+}
+
 static int run(trainer *t, ac_train_result *res, ac_err *err)
 {
     const ac_train_options *o = t->opt;
@@ -1254,7 +1531,8 @@ static int run(trainer *t, ac_train_result *res, ac_err *err)
             res->status = AC_TRAIN_MAX_STEPS;
             break;
         }
-        if (o->stop && *o->stop) {
+        /* Ranks stop at the same step: at the one where any of them was asked. */
+        if (t->comm ? t->stop_agreed : o->stop && *o->stop) {
             if (t->ckpt_step != t->state.step && save_checkpoint(t, err))
                 return -1;
             res->status = AC_TRAIN_INTERRUPTED;
@@ -1306,7 +1584,11 @@ int ac_train(const ac_train_options *opt, ac_train_result *result, ac_err *err)
     t.opt = opt;
     t.plan_epoch = -1;
     t.ckpt_step = -1;
+    t.comm = opt->comm && opt->comm->size > 1 ? opt->comm : NULL;
+    t.writer = !opt->comm || opt->comm->rank == 0;
     int rc = setup(&t, err);
+    if (t.comm && agree_on_setup(&t, rc != 0, err))
+        rc = -1;
     if (rc == 0) {
         res->step = t.state.step;
         rc = run(&t, res, err);
@@ -1321,6 +1603,8 @@ int ac_train(const ac_train_options *opt, ac_train_result *result, ac_err *err)
         res->best_step = t.state.best_step;
     }
     res->model_saved = t.model_saved;
+    res->peer_failed = t.peer_failed;
+    res->failure_shared = t.failure_shared;
     trainer_free(&t);
     return rc;
 }

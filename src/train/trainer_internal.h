@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "attnctl/gradsum.h"
 #include "attnctl/io.h"
 #include "attnctl/metrics.h"
 #include "attnctl/mlm.h"
@@ -73,6 +74,22 @@ typedef struct {
     ac_mlm mlm;             /* the head's buffers (masked ids, positions, logits) */
     int have_mlm;
     ac_mlm_masking masking; /* from the vocabulary and training.mask_frac */
+    /* micro-batches and data parallelism */
+    int micro_batch;          /* rows of a micro-batch (<= batch_size) */
+    int max_micro;            /* micro-batches of a full step */
+    ac_gradsum gradsum;       /* the exact sum of a step's micro-batch gradients */
+    int have_gradsum;
+    int *micro_masked;        /* [max_micro] masked LM: masked positions of each micro-batch */
+    double *step_slots;       /* [max_micro + 3] micro-batch losses; ranks failed, asked to
+                                 stop; rank 0 failed */
+    double *eval_slots;       /* [3 x validation batches] per-batch figures of an evaluation */
+    float *span_logits;       /* [n_val, C] logits of the short-span pass */
+    size_t *gather_offsets;   /* [ranks + 1] byte offsets of each rank's share */
+    ac_comm *comm;            /* NULL: one process */
+    int writer;               /* this process writes the files (rank 0) */
+    int stop_agreed;          /* data parallel: a rank asked to stop (agreed at the last step) */
+    int peer_failed;          /* the error is another rank's, which reports it */
+    int failure_shared;       /* every rank knows of the error */
     /* fine-tuning: the pretrained model, until its weights are copied */
     ac_model_dir init;
     int have_init;
@@ -81,6 +98,11 @@ typedef struct {
 /* trainer.c helpers the objectives share */
 char *trainer_path_join(const char *dir, const char *name, ac_err *err);
 int trainer_non_finite_error(const trainer *t, long step, const char *what, double v, ac_err *err);
+/* This rank's share [*begin, *end) of n items (contiguous blocks in order). */
+void trainer_rank_share(const trainer *t, int64_t n, int64_t *begin, int64_t *end);
+/* Every rank gets the per-batch figures of an evaluation (eval_slots, each
+ * batch's filled by one rank, zeros elsewhere). */
+int trainer_share_eval_slots(trainer *t, size_t n, ac_err *err);
 
 /* ---- init_from.c: a classifier started from a pretrained encoder ---- */
 /* Loads opt->init_dir, checks that the configuration agrees with it and
@@ -99,8 +121,11 @@ int pretrain_setup(trainer *t, ac_err *err);
 /* Masks batch b (a pure function of the seed and the step) and runs the
  * training forward into *loss (checked by the caller; ac_mlm_backward
  * follows). -1 only when the batch has nothing to mask. */
-int pretrain_forward(trainer *t, const ac_batch *b, uint64_t dropout_key, float *loss,
-                     ac_err *err);
+int pretrain_forward(trainer *t, const ac_batch *b, uint64_t dropout_key, int64_t first_row,
+                     float *loss, ac_err *err);
+/* Masked positions of rows first_row.. of the step's batch in b (the count
+ * pretrain_forward will mask), or -1 (err set). */
+int pretrain_count_masked(trainer *t, const ac_batch *b, int64_t first_row, ac_err *err);
 /* Held-out masked-token loss and accuracy under the evaluation masking. */
 int pretrain_evaluate(trainer *t, double *loss, double *accuracy, ac_err *err);
 /* provenance.train_file/train_sha256 of a pretraining run (several files). */

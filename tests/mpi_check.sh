@@ -1,0 +1,104 @@
+#!/bin/sh
+# Data-parallel training gives the same bits (`make check`): on the sample
+# data, model.safetensors after training is byte-identical for 1 process x 1
+# thread, 1 process x 2 threads and `mpirun -np 2`; a checkpoint written by 2
+# processes resumes on 1 to the same bits; pretraining likewise.
+# Usage: tests/mpi_check.sh ATTNCTL   (SKIPs when mpirun or the plugin is missing)
+set -u
+bin=$1
+data=$(dirname "$0")/../data/sample_train.csv
+if ! command -v mpirun >/dev/null 2>&1; then
+    echo "[mpi] SKIP: mpirun not found (apt-get install openmpi-bin libopenmpi-dev)"; exit 0
+fi
+if [ ! -f "$(dirname "$bin")/attnctl-mpi.so" ]; then
+    echo "[mpi] SKIP: $(dirname "$bin")/attnctl-mpi.so was not built (no mpicc)"; exit 0
+fi
+# Root in a container, no network: shared memory only.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_btl=self,vader
+export OMP_WAIT_POLICY=passive
+work=$(mktemp -d /tmp/attnctl_mpi_XXXXXX)
+trap 'rm -rf "$work"' EXIT
+small="--epochs 2 --d-model 32 --ff 64 --max-len 96 --ngram-buckets 4096 --micro-batch 8 --eval-every 4 --quiet"
+failed=0
+same() { # what file-a file-b
+    if cmp -s "$2" "$3"; then echo "[mpi] ok: $1"
+    else echo "[mpi] FAIL: $1 ($2 and $3 differ)"; failed=1; fi
+}
+run() { # label command...: runs, reports a failure
+    label=$1; shift
+    if ! "$@" >"$work/out" 2>&1; then
+        echo "[mpi] FAIL: $label exited non-zero:"; sed 's/^/    /' "$work/out" | tail -n 15
+        failed=1
+    fi
+}
+run "1 process"   "$bin" train "$data" --out "$work/one" $small --max-steps 12 --threads 1
+run "2 threads"   "$bin" train "$data" --out "$work/two_threads" $small --max-steps 12 --threads 2
+run "2 processes" mpirun -np 2 --oversubscribe --bind-to none \
+    "$bin" train "$data" --out "$work/two" $small --max-steps 12 --threads 1
+same "1 process x 2 threads == 1 process x 1 thread" \
+    "$work/one/model.safetensors" "$work/two_threads/model.safetensors"
+same "2 processes == 1 process" "$work/one/model.safetensors" "$work/two/model.safetensors"
+# the metrics too, but for the timings
+for d in one two; do sed 's/, "tokens_per_s".*//' "$work/$d/metrics.jsonl" >"$work/$d.metrics"; done
+same "2 processes: the same metrics" "$work/one.metrics" "$work/two.metrics"
+# resume: 6 steps on 2 processes, the rest on 1
+run "2 processes, first half" mpirun -np 2 --oversubscribe --bind-to none \
+    "$bin" train "$data" --out "$work/resumed" $small --max-steps 6 --threads 1
+run "1 process, resumed" "$bin" train --resume "$work/resumed" --max-steps 12 --threads 1
+same "written on 2 processes, resumed on 1 == uninterrupted" \
+    "$work/one/checkpoint/model.safetensors" "$work/resumed/checkpoint/model.safetensors"
+# pretraining
+pre="--epochs 1 --d-model 32 --ff 64 --max-len 96 --micro-batch 8 --max-steps 4 --quiet --threads 1"
+run "pretrain, 1 process" "$bin" pretrain "$data" --out "$work/pre1" $pre
+run "pretrain, 2 processes" mpirun -np 2 --oversubscribe --bind-to none \
+    "$bin" pretrain "$data" --out "$work/pre2" $pre
+same "pretrain: 2 processes == 1 process" "$work/pre1/model.safetensors" \
+    "$work/pre2/model.safetensors"
+# more ranks than micro-batches: a clear usage error naming --micro-batch
+if mpirun -np 3 --oversubscribe --bind-to none "$bin" train "$data" --out "$work/three" \
+       $small --batch-size 8 --max-steps 1 --threads 1 >"$work/out" 2>&1; then
+    echo "[mpi] FAIL: 3 processes for 1 micro-batch did not fail"; failed=1
+elif grep -q -- "--micro-batch" "$work/out"; then
+    echo "[mpi] ok: 3 processes for 1 micro-batch: an error naming --micro-batch"
+else
+    echo "[mpi] FAIL: no message naming --micro-batch:"; sed 's/^/    /' "$work/out"; failed=1
+fi
+# a process killed mid-run: the job ends non-zero (no hang) and the last
+# checkpoint resumes on 1 process
+timeout 120 mpirun -np 2 --oversubscribe --bind-to none "$bin" train "$data" --out "$work/killed" \
+    $small --epochs 400 --patience 0 --threads 1 >"$work/out" 2>&1 &
+job=$!
+waited=0
+while [ ! -f "$work/killed/checkpoint/model.safetensors" ] && [ $waited -lt 600 ]; do
+    sleep 0.1; waited=$((waited + 1))
+done
+launcher=$(pgrep -P "$job" | head -n 1)
+victim=$( [ -n "$launcher" ] && pgrep -P "$launcher" | tail -n 1)
+if [ -z "$victim" ]; then
+    echo "[mpi] FAIL: no rank to kill (did the run start?)"; sed 's/^/    /' "$work/out" | tail -n 5
+    failed=1
+else
+    sleep 0.3
+    kill -9 $victim 2>/dev/null
+    wait $job 2>/dev/null; status=$?
+    # no process of the job may outlive mpirun for long (writing, or hung)
+    left=0
+    while pgrep -f "$work/killed" >/dev/null && [ $left -lt 100 ]; do
+        sleep 0.1; left=$((left + 1))
+    done
+    if pgrep -f "$work/killed" >/dev/null; then
+        echo "[mpi] FAIL: a process outlived the job by 10 s"; pkill -9 -f "$work/killed"; failed=1
+    fi
+    if [ $status -eq 0 ]; then
+        echo "[mpi] FAIL: a killed rank left the job exiting 0"; failed=1
+    elif [ $status -eq 124 ]; then
+        echo "[mpi] FAIL: the job hung after a rank was killed"; failed=1
+    else
+        echo "[mpi] ok: a killed rank ends the job (exit $status)"
+        at=$(tail -n 1 "$work/killed/metrics.jsonl" | sed 's/.*"step": *\([0-9]*\).*/\1/')
+        run "1 process, resumed after the kill" "$bin" train --resume "$work/killed" \
+            --max-steps $((at + 8)) --threads 1
+    fi
+fi
+exit $failed
