@@ -591,6 +591,34 @@ END_TEST
 
 /* ------------------------------------------------------------- file utils */
 
+/* A writer killed mid-save (SIGKILL from mpirun) leaves NAME.tmp.PID.N: the
+ * next resume removes those of dead writers only. */
+START_TEST(test_remove_stale_temps)
+{
+    tmpdir d;
+    tmpdir_make(&d);
+    char dead[300], alive[400], other[300], plain[300];
+    join(dead, sizeof dead, d.path, "model.safetensors.tmp.2147483646.0");
+    snprintf(alive, sizeof alive, "%s/model.safetensors.tmp.%ld.0", d.path, (long)getpid());
+    join(other, sizeof other, d.path, "notes.tmp.txt");
+    join(plain, sizeof plain, d.path, "model.safetensors");
+    const char *paths[] = {dead, alive, other, plain};
+    for (int i = 0; i < 4; i++) {
+        FILE *f = fopen(paths[i], "w");
+        ck_assert_ptr_nonnull(f);
+        fputs("x", f);
+        fclose(f);
+    }
+    ck_assert_int_eq(ac_remove_stale_temps(d.path), 1);
+    ck_assert_int_ne(access(dead, F_OK), 0);
+    ck_assert_int_eq(access(alive, F_OK), 0);
+    ck_assert_int_eq(access(other, F_OK), 0);
+    ck_assert_int_eq(access(plain, F_OK), 0);
+    ck_assert_int_eq(ac_remove_stale_temps("/nonexistent/dir"), 0);
+    tmpdir_remove(&d);
+}
+END_TEST
+
 START_TEST(test_write_file_atomic)
 {
     tmpdir d;
@@ -1884,6 +1912,7 @@ static Suite *io_suite(void)
 
     TCase *tf = tcase_create("files");
     tcase_add_test(tf, test_write_file_atomic);
+    tcase_add_test(tf, test_remove_stale_temps);
     tcase_add_test(tf, test_sha256);
     suite_add_tcase(s, tf);
     return s;

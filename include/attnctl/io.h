@@ -226,6 +226,10 @@ int ac_atomic_finish(ac_atomic_file *f, ac_err *err);  /* fsync + close; the tem
 int ac_atomic_publish(ac_atomic_file *f, ac_err *err); /* rename the temp file over path */
 int ac_atomic_commit(ac_atomic_file *f, ac_err *err);  /* finish + publish + fsync dir; frees */
 void ac_atomic_abort(ac_atomic_file *f);               /* closes, removes the temp file, frees */
+/* Removes the temp files of atomic writes in dir whose writer is gone
+ * (NAME.tmp.PID.N with no process PID): what a writer killed mid-save left
+ * (e.g. SIGKILL from mpirun). Best effort; the number removed. */
+int ac_remove_stale_temps(const char *dir);
 void ac_atomic_release(ac_atomic_file *f);             /* frees after a successful publish */
 /* Writes a safetensors file into an open atomic file (see ac_st_save). */
 int ac_st_write(ac_atomic_file *f, const ac_st_entry *entries, int n, const char *const *meta_kv,

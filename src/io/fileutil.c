@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -209,6 +211,46 @@ int ac_atomic_commit(ac_atomic_file *f, ac_err *err)
     free(dir);
     atomic_clear(f);
     return rc;
+}
+
+/* The writer's PID when name is NAME.tmp.PID.N (as ac_atomic_begin names
+ * its temp files), else 0. */
+static long temp_file_writer(const char *name)
+{
+    const char *tag = strstr(name, ".tmp.");
+    if (!tag || tag == name)
+        return 0;
+    const char *p = tag + 5, *end;
+    char *after;
+    long pid = strtol(p, &after, 10);
+    if (after == p || *after != '.' || pid <= 0)
+        return 0;
+    end = after + 1;
+    if (!*end)
+        return 0;
+    for (const char *q = end; *q; q++)
+        if (*q < '0' || *q > '9')
+            return 0;
+    return pid;
+}
+
+int ac_remove_stale_temps(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int removed = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        long pid = temp_file_writer(e->d_name);
+        /* Only when no process has that PID (EPERM: someone else's, alive). */
+        if (pid <= 0 || pid > INT_MAX || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        if (unlinkat(dirfd(d), e->d_name, 0) == 0)
+            removed++;
+    }
+    closedir(d);
+    return removed;
 }
 
 int ac_write_file_atomic(const char *path, const void *data, size_t len, ac_err *err)

@@ -688,6 +688,11 @@ static int setup_resume(trainer *t, ac_err *err)
     if (missing)
         return ac_err_set(err, "%s holds no resumable checkpoint (%s/trainer_state.json not found)",
                           o->out_dir, t->ckpt_dir);
+    /* A run killed while saving (SIGKILL, e.g. from mpirun) left temp files. */
+    if (t->writer) {
+        ac_remove_stale_temps(t->ckpt_dir);
+        ac_remove_stale_temps(o->out_dir);
+    }
 
     ac_model_dir md;
     memset(&md, 0, sizeof md);
