@@ -39,6 +39,9 @@ run "2 processes" mpirun -np 2 --oversubscribe --bind-to none \
 same "1 process x 2 threads == 1 process x 1 thread" \
     "$work/one/model.safetensors" "$work/two_threads/model.safetensors"
 same "2 processes == 1 process" "$work/one/model.safetensors" "$work/two/model.safetensors"
+run "4 processes" mpirun -np 4 --oversubscribe --bind-to none \
+    "$bin" train "$data" --out "$work/four" $small --max-steps 12 --threads 1
+same "4 processes == 1 process" "$work/one/model.safetensors" "$work/four/model.safetensors"
 # the metrics too, but for the timings
 for d in one two; do sed 's/, "tokens_per_s".*//' "$work/$d/metrics.jsonl" >"$work/$d.metrics"; done
 same "2 processes: the same metrics" "$work/one.metrics" "$work/two.metrics"
@@ -100,5 +103,34 @@ else
         run "1 process, resumed after the kill" "$bin" train --resume "$work/killed" \
             --max-steps $((at + 8)) --threads 1
     fi
+fi
+# SIGUSR1 to mpirun (forwarded to every process; SIGINT makes mpirun kill them):
+# all stop at the same step after a checkpoint, exit 130, and the resumed run
+# equals an uninterrupted one
+long="$small --epochs 400 --patience 0 --threads 1"
+mpirun -np 2 --oversubscribe --bind-to none "$bin" train "$data" --out "$work/usr1" $long \
+    >"$work/out" 2>&1 &
+job=$!
+(sleep 120; kill -9 $job 2>/dev/null) &  # a hang must not hang make check
+watchdog=$!
+waited=0
+while [ ! -f "$work/usr1/checkpoint/model.safetensors" ] && [ $waited -lt 600 ]; do
+    sleep 0.1; waited=$((waited + 1))
+done
+sleep 0.3
+kill -USR1 $job 2>/dev/null
+wait $job; status=$?
+kill $watchdog 2>/dev/null
+at=$(sed -n 's/.*"step": *\([0-9]*\).*/\1/p' "$work/usr1/checkpoint/trainer_state.json" | head -n 1)
+if [ $status -ne 130 ] || ! grep -q "interrupted at step $at" "$work/out"; then
+    echo "[mpi] FAIL: SIGUSR1 to mpirun: exit $status (want 130), checkpoint step ${at:-none}:"
+    sed 's/^/    /' "$work/out" | grep -v "^ *step" | tail -n 8; failed=1
+else
+    echo "[mpi] ok: SIGUSR1 to mpirun stops every process at step $at (exit 130)"
+    run "resumed after SIGUSR1" "$bin" train --resume "$work/usr1" --max-steps $((at + 8)) --threads 1
+    run "uninterrupted to the same step" "$bin" train "$data" --out "$work/usr1_ref" $long \
+        --max-steps $((at + 8))
+    same "stopped by SIGUSR1 on 2 processes, resumed on 1 == uninterrupted" \
+        "$work/usr1_ref/checkpoint/model.safetensors" "$work/usr1/checkpoint/model.safetensors"
 fi
 exit $failed

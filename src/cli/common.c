@@ -102,5 +102,6 @@ void cli_block_stop_signals(int block)
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGUSR1); /* mpirun forwards it to every process (not SIGINT) */
     sigprocmask(block ? SIG_BLOCK : SIG_UNBLOCK, &set, NULL);
 }

@@ -257,6 +257,8 @@ void cli_print_output_help(const char *cmd)
            "Progress goes to stderr: a bar on a terminal, one line per evaluation otherwise.\n"
            "Ctrl-C (SIGINT) or SIGTERM finishes the current step, saves a checkpoint and exits\n"
            "with 130 or 143; `attnctl %s --resume DIR` then continues exactly where it was.\n"
+           "SIGUSR1 stops the same way (exit 130). Under mpirun use it: `kill -USR1 PID` of\n"
+           "mpirun reaches every process, while mpirun answers SIGINT/SIGTERM by killing them.\n"
            "Exit status: 0 done, 1 error, 2 usage error, 130/143 interrupted.\n",
            cmd);
 }
@@ -719,7 +721,7 @@ static void warn_about_data(const ac_rawdata *d, const char *path, int quiet)
 }
 
 typedef struct {
-    struct sigaction old_int, old_term;
+    struct sigaction old_int, old_term, old_usr1;
 } saved_signals;
 
 static void install_stop_handlers(saved_signals *saved)
@@ -733,12 +735,17 @@ static void install_stop_handlers(saved_signals *saved)
     stop_signal = 0;
     sigaction(SIGINT, &sa, &saved->old_int);
     sigaction(SIGTERM, &sa, &saved->old_term);
+    /* Open MPI's mpirun kills the job on SIGINT/SIGTERM (SIGKILL a second
+     * later) but forwards SIGUSR1 to every process: the clean stop of a
+     * data-parallel run. */
+    sigaction(SIGUSR1, &sa, &saved->old_usr1);
 }
 
 static void restore_signals(const saved_signals *saved)
 {
     sigaction(SIGINT, &saved->old_int, NULL);
     sigaction(SIGTERM, &saved->old_term, NULL);
+    sigaction(SIGUSR1, &saved->old_usr1, NULL);
 }
 
 static void print_result(const ac_train_result *r, const char *out_dir, const ac_config *cfg,

@@ -49,43 +49,39 @@ static void int128_add(void *in, void *inout, int *len, MPI_Datatype *type)
     }
 }
 
+/* In-place MPI_Allreduce of n elements in chunks whose count fits an int. */
+static int allreduce_chunked(void *buf, size_t n, size_t elem_bytes, MPI_Datatype type, MPI_Op op,
+                             const char *what, ac_err *err)
+{
+    for (size_t at = 0; at < n; at += MAX_CHUNK) {
+        size_t k = n - at < MAX_CHUNK ? n - at : MAX_CHUNK;
+        int rc = MPI_Allreduce(MPI_IN_PLACE, (char *)buf + at * elem_bytes, (int)k, type, op,
+                               MPI_COMM_WORLD);
+        if (rc != MPI_SUCCESS)
+            return fail(err, rc, what);
+    }
+    return 0;
+}
+
 static int sum_int128(ac_comm *c, __int128 *buf, size_t n, ac_err *err)
 {
     mpi_comm *m = (mpi_comm *)c;
-    for (size_t at = 0; at < n; at += MAX_CHUNK) {
-        size_t k = n - at < MAX_CHUNK ? n - at : MAX_CHUNK;
-        int rc = MPI_Allreduce(MPI_IN_PLACE, buf + at, (int)k, m->int128_type, m->int128_sum,
-                               MPI_COMM_WORLD);
-        if (rc != MPI_SUCCESS)
-            return fail(err, rc, "summing the gradients");
-    }
-    return 0;
+    return allreduce_chunked(buf, n, sizeof *buf, m->int128_type, m->int128_sum,
+                             "summing the gradients", err);
 }
 
 static int or_words(ac_comm *c, uint64_t *buf, size_t n, ac_err *err)
 {
     (void)c;
-    for (size_t at = 0; at < n; at += MAX_CHUNK) {
-        size_t k = n - at < MAX_CHUNK ? n - at : MAX_CHUNK;
-        int rc = MPI_Allreduce(MPI_IN_PLACE, buf + at, (int)k, MPI_UINT64_T, MPI_BOR,
-                               MPI_COMM_WORLD);
-        if (rc != MPI_SUCCESS)
-            return fail(err, rc, "merging the touched rows");
-    }
-    return 0;
+    return allreduce_chunked(buf, n, sizeof *buf, MPI_UINT64_T, MPI_BOR,
+                             "merging the touched rows", err);
 }
 
 static int sum_doubles(ac_comm *c, double *buf, size_t n, ac_err *err)
 {
     (void)c;
-    for (size_t at = 0; at < n; at += MAX_CHUNK) {
-        size_t k = n - at < MAX_CHUNK ? n - at : MAX_CHUNK;
-        int rc = MPI_Allreduce(MPI_IN_PLACE, buf + at, (int)k, MPI_DOUBLE, MPI_SUM,
-                               MPI_COMM_WORLD);
-        if (rc != MPI_SUCCESS)
-            return fail(err, rc, "sharing the step's figures");
-    }
-    return 0;
+    return allreduce_chunked(buf, n, sizeof *buf, MPI_DOUBLE, MPI_SUM,
+                             "sharing the step's figures", err);
 }
 
 static int gather_bytes(ac_comm *c, void *buf, const size_t *offsets, ac_err *err)

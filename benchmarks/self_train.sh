@@ -1,0 +1,59 @@
+#!/bin/sh
+# Self-training on unlabelled reviews (issue 13's lever that measured): a trained model
+# labels the unlabelled reviews, the ones it is sure of join the labelled training data,
+# and the same recipe is trained again on the union.
+#
+#   benchmarks/self_train.sh TEACHER_DIR TRAIN.csv[.gz] UNLABELLED.csv[.gz] OUT_DIR [TRAIN OPTIONS...]
+#   benchmarks/self_train.sh /tmp/base ../shared/data/imdb/train.csv.gz \
+#       ../shared/data/imdb/unsup.csv.gz /tmp/self --val-file VAL.csv
+#
+# Environment: THRESHOLD (probability a pseudo-label needs, [0.9]); ATTNCTL (binary,
+# [<repo>/build/attnctl]). TRAIN.csv needs the columns review,sentiment (IMDB's); the
+# unlabelled CSV a review column. The pseudo-labelled rows and the union are written under
+# OUT_DIR.work/ (cut from the data: keep them out of the repository).
+set -eu
+[ $# -ge 4 ] || { sed -n '2,13p' "$0" >&2; exit 2; }
+teacher=$1 train=$2 unlabelled=$3 out=$4
+shift 4
+here=$(cd "$(dirname "$0")" && pwd)
+repo_root=$(cd "$here/.." && pwd)
+ATTNCTL=${ATTNCTL:-$repo_root/build/attnctl}
+THRESHOLD=${THRESHOLD:-0.9}
+work=$out.work
+mkdir -p "$work"
+
+"$ATTNCTL" predict --model "$teacher" --csv "$unlabelled" >"$work/unlabelled.pred"
+python3 - "$train" "$unlabelled" "$work/unlabelled.pred" "$THRESHOLD" "$work/union.csv" <<'PY'
+import csv, gzip, sys
+train, unlabelled, preds, threshold, union = sys.argv[1:]
+csv.field_size_limit(1 << 30)
+
+def rows(path):
+    opener = gzip.open if open(path, "rb").read(2) == b"\x1f\x8b" else open
+    with opener(path, "rt", encoding="utf-8", newline="") as f:
+        yield from csv.DictReader(f)
+
+# predict --csv skips the rows with empty text, as the CSV reader does
+texts = [r["review"] for r in rows(unlabelled) if r["review"].strip()]
+verdicts = [line.rstrip("\n").split("\t") for line in open(preds, encoding="utf-8")]
+if len(texts) != len(verdicts):
+    sys.exit("self_train.sh: %d unlabelled texts but %d predictions" % (len(texts), len(verdicts)))
+kept = counts = 0
+per_label = {}
+with open(union, "w", encoding="utf-8", newline="") as f:
+    w = csv.writer(f)
+    w.writerow(["review", "sentiment"])
+    n_train = 0
+    for r in rows(train):
+        w.writerow([r["review"], r["sentiment"]])
+        n_train += 1
+    for text, (label, p) in zip(texts, verdicts):
+        if float(p) >= float(threshold):
+            w.writerow([text, label])
+            kept += 1
+            per_label[label] = per_label.get(label, 0) + 1
+print("self_train.sh: %d labelled rows + %d of %d unlabelled at p >= %s (%s)"
+      % (n_train, kept, len(texts), threshold,
+         ", ".join("%s %d" % kv for kv in sorted(per_label.items()))), file=sys.stderr)
+PY
+"$ATTNCTL" train "$work/union.csv" --out "$out" "$@"
