@@ -7,9 +7,11 @@
 #   benchmarks/self_train.sh /tmp/base ../shared/data/imdb/train.csv.gz \
 #       ../shared/data/imdb/unsup.csv.gz /tmp/self --val-file VAL.csv
 #
-# Environment: THRESHOLD (probability a pseudo-label needs, [0.9]); ATTNCTL (binary,
-# [<repo>/build/attnctl]). TRAIN.csv needs the columns review,sentiment (IMDB's); the
-# unlabelled CSV a review column. The pseudo-labelled rows and the union are written under
+# Environment: THRESHOLD (probability a pseudo-label needs, [0.9]); VAL_SHARE (share of
+# the labelled rows held out as validation, [0.1]: validation, early stopping and the
+# temperature must see real labels only); ATTNCTL (binary, [<repo>/build/attnctl]).
+# TRAIN.csv needs the columns review,sentiment (IMDB's); the unlabelled CSV a review column.
+# The pseudo-labelled rows, the union and the validation rows are written under
 # OUT_DIR.work/ (cut from the data: keep them out of the repository).
 set -eu
 [ $# -ge 4 ] || { sed -n '2,13p' "$0" >&2; exit 2; }
@@ -19,13 +21,15 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo_root=$(cd "$here/.." && pwd)
 ATTNCTL=${ATTNCTL:-$repo_root/build/attnctl}
 THRESHOLD=${THRESHOLD:-0.9}
+VAL_SHARE=${VAL_SHARE:-0.1}
 work=$out.work
 mkdir -p "$work"
 
 "$ATTNCTL" predict --model "$teacher" --csv "$unlabelled" >"$work/unlabelled.pred"
-python3 - "$train" "$unlabelled" "$work/unlabelled.pred" "$THRESHOLD" "$work/union.csv" <<'PY'
-import csv, gzip, sys
-train, unlabelled, preds, threshold, union = sys.argv[1:]
+python3 - "$train" "$unlabelled" "$work/unlabelled.pred" "$THRESHOLD" "$work/union.csv" \
+    "$VAL_SHARE" "$work/val.csv" <<'PY'
+import csv, gzip, random, sys
+train, unlabelled, preds, threshold, union, val_share, val_path = sys.argv[1:]
 csv.field_size_limit(1 << 30)
 
 def rows(path):
@@ -38,22 +42,34 @@ texts = [r["review"] for r in rows(unlabelled) if r["review"].strip()]
 verdicts = [line.rstrip("\n").split("\t") for line in open(preds, encoding="utf-8")]
 if len(texts) != len(verdicts):
     sys.exit("self_train.sh: %d unlabelled texts but %d predictions" % (len(texts), len(verdicts)))
-kept = counts = 0
+kept = 0
 per_label = {}
+labelled = [(r["review"], r["sentiment"]) for r in rows(train)]
+held = set(random.Random(1).sample(range(len(labelled)), int(float(val_share) * len(labelled))))
+with open(val_path, "w", encoding="utf-8", newline="") as f:
+    w = csv.writer(f)
+    w.writerow(["review", "sentiment"])
+    for i in sorted(held):
+        w.writerow(labelled[i])
 with open(union, "w", encoding="utf-8", newline="") as f:
     w = csv.writer(f)
     w.writerow(["review", "sentiment"])
     n_train = 0
-    for r in rows(train):
-        w.writerow([r["review"], r["sentiment"]])
-        n_train += 1
+    for i, row in enumerate(labelled):
+        if i not in held:
+            w.writerow(row)
+            n_train += 1
     for text, (label, p) in zip(texts, verdicts):
         if float(p) >= float(threshold):
             w.writerow([text, label])
             kept += 1
             per_label[label] = per_label.get(label, 0) + 1
-print("self_train.sh: %d labelled rows + %d of %d unlabelled at p >= %s (%s)"
-      % (n_train, kept, len(texts), threshold,
+print("self_train.sh: %d labelled rows (%d more held out) + %d of %d unlabelled at p >= %s (%s)"
+      % (n_train, len(held), kept, len(texts), threshold,
          ", ".join("%s %d" % kv for kv in sorted(per_label.items()))), file=sys.stderr)
 PY
-"$ATTNCTL" train "$work/union.csv" --out "$out" "$@"
+if [ -s "$work/val.csv" ] && [ "$(wc -l <"$work/val.csv")" -gt 1 ]; then
+    "$ATTNCTL" train "$work/union.csv" --val-file "$work/val.csv" --out "$out" "$@"
+else
+    "$ATTNCTL" train "$work/union.csv" --out "$out" "$@"
+fi

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Data-parallel training gives the same bits (`make check`): on the sample
 # data, model.safetensors after training is byte-identical for 1 process x 1
-# thread, 1 process x 2 threads and `mpirun -np 2`; a checkpoint written by 2
+# thread, 1 process x 2 threads, `mpirun -np 2` and `-np 4`; a checkpoint written by 2
 # processes resumes on 1 to the same bits; pretraining likewise.
 # Usage: tests/mpi_check.sh ATTNCTL   (SKIPs when mpirun or the plugin is missing)
 set -u

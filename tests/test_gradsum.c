@@ -208,6 +208,44 @@ START_TEST(test_partitions_give_the_same_gradient)
 }
 END_TEST
 
+/* The point of it all: without dropout, the exact sum of the micro-batch
+ * gradients is the gradient of the whole batch in one pass (up to float
+ * rounding), for the classifier's every tensor: the loss weights (mean over
+ * the whole batch), the row-wise token and n-gram sums, nothing lost. */
+START_TEST(test_micro_batches_equal_the_whole_batch)
+{
+    ac_model m;
+    tiny_model(&m, AC_OBJECTIVE_CLASSIFICATION);
+    m.cfg.dropout = 0.0f;
+    batch b;
+    make_batch(&b);
+    float *parts = malloc(m.n_params * sizeof *parts), *whole = malloc(m.n_params * sizeof *whole);
+    static const int in_order[PARTS] = {0, 1, 2, 3}, owners[PARTS] = {0, 1, 1, 0};
+    omp_set_num_threads(1);
+    sum_split(&m, &b, owners, 2, in_order, parts);
+
+    ac_err err;
+    ck_assert_int_eq(ac_model_alloc_activations(&m, B, T, &err), 0);
+    ac_model_zero_grad(&m);
+    memset(m.grads, 0, m.n_params * sizeof *m.grads);
+    float loss = ac_model_forward(&m, b.ids, b.lengths, b.labels, B, T, 1, 1);
+    ck_assert(isfinite(loss));
+    ac_model_backward(&m);
+    memcpy(whole, m.grads, m.n_params * sizeof *whole);
+    double norm = 0;
+    for (size_t i = 0; i < m.n_params; i++)
+        norm += (double)whole[i] * whole[i];
+    ck_assert(norm > 0);
+    for (size_t i = 0; i < m.n_params; i++)
+        ck_assert_msg(fabsf(parts[i] - whole[i]) <= 1e-5f * (1.0f + sqrtf((float)norm)),
+                      "element %zu: micro-batches %g, whole batch %g", i, (double)parts[i],
+                      (double)whole[i]);
+    free(parts);
+    free(whole);
+    ac_model_free(&m);
+}
+END_TEST
+
 START_TEST(test_out_of_range_is_an_error)
 {
     ac_model m;
@@ -286,6 +324,7 @@ int main(void)
     tcase_add_test(tc, test_fixed_round_trip);
     tcase_add_test(tc, test_fixed_sum_is_order_free);
     tcase_add_test(tc, test_partitions_give_the_same_gradient);
+    tcase_add_test(tc, test_micro_batches_equal_the_whole_batch);
     tcase_add_test(tc, test_out_of_range_is_an_error);
     tcase_add_test(tc, test_masking_by_global_row);
     tcase_add_test(tc, test_legacy_config_has_one_micro_batch);
