@@ -197,6 +197,12 @@ static int add_rows(ac_gradsum_rows *r, float *g, const int32_t *rows, int n, in
     return bad;
 }
 
+static int out_of_range(ac_err *err, const char *tensor, int limit_log2)
+{
+    return ac_err_set(err, "%s: a gradient element is not finite or beyond +-2^%d, the range of "
+                           "the exact sum", tensor, limit_log2);
+}
+
 /* Pieces of the dense part converted by one task. */
 #define DENSE_PIECE 8192
 
@@ -212,8 +218,7 @@ int ac_gradsum_add(ac_gradsum *s, ac_model *m, ac_err *err)
         bad |= add_floats(s->dense + begin, m->grads + s->dense_begin + begin, n, s->limit_log2);
     }
     if (bad)
-        return ac_err_set(err, "a gradient element is not finite or beyond +-2^%d, the range "
-                               "of the exact sum", s->limit_log2);
+        return out_of_range(err, "a weight outside the embedding tables", s->limit_log2);
     if (s->token_rows && m->last_ids) {
         /* The rows the embedding backward wrote: the ids at valid positions,
          * each listed once (a stamp per call). */
@@ -234,14 +239,12 @@ int ac_gradsum_add(ac_gradsum *s, ac_model *m, ac_err *err)
                 }
             }
         if (add_rows(r, m->g.embed_w, list, n, d, s->limit_log2))
-            return ac_err_set(err, "embed.weight: a gradient element is not finite or beyond "
-                                   "+-2^%d, the range of the exact sum", s->limit_log2);
+            return out_of_range(err, "embed.weight", s->limit_log2);
     }
     if (s->ngrams.slot && m->n_ngram_rows > 0) {
         if (add_rows(&s->ngrams, m->g.ngram_w, m->ngram_rows, m->n_ngram_rows, d,
                      s->limit_log2))
-            return ac_err_set(err, "embed.ngram.weight: a gradient element is not finite or "
-                                   "beyond +-2^%d, the range of the exact sum", s->limit_log2);
+            return out_of_range(err, "embed.ngram.weight", s->limit_log2);
         /* What ac_model_zero_grad does for the rows (add_rows zeroed them). */
         for (int i = 0; i < m->n_ngram_rows; i++)
             m->ngram_mark[m->ngram_rows[i]] = 0;
