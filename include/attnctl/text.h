@@ -122,7 +122,8 @@ int64_t ac_tokenize(ac_tokenizer *t, const char *text, size_t len, const ac_toke
  * or "<cls>" (it splits '<' and '>' off), so no text maps to them. */
 typedef struct {
     int32_t size;
-    char **tokens;     /* [size], NUL-terminated */
+    char **tokens;     /* [size], NUL-terminated, pointing into storage */
+    char *storage;     /* the token strings, one allocation (vocab.txt's bytes when loaded) */
     int with_cls;
     int32_t mask_id;   /* id of <mask>, or -1 when the vocabulary has none */
     /* open-addressing hash table token -> id */

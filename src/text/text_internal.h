@@ -19,13 +19,16 @@ size_t ac_utf8_valid_prefix(const char *s, size_t len);
 size_t ac_utf8_sanitize(char *dst, const char *s, size_t len, int64_t *n_replaced);
 
 /* Token hash (FNV-1a, 64 bits): shared by vocabulary counting and lookup. */
+#define AC_TOKEN_HASH_START 0xcbf29ce484222325ULL
+static inline uint64_t ac_token_hash_step(uint64_t h, unsigned char c)
+{
+    return (h ^ c) * 0x100000001b3ULL;
+}
 static inline uint64_t ac_token_hash(const char *s, size_t len)
 {
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (size_t i = 0; i < len; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 0x100000001b3ULL;
-    }
+    uint64_t h = AC_TOKEN_HASH_START;
+    for (size_t i = 0; i < len; i++)
+        h = ac_token_hash_step(h, (unsigned char)s[i]);
     return h;
 }
 

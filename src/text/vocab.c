@@ -6,13 +6,17 @@
  * result does not depend on the thread count or on which thread saw what. */
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
+#include "attnctl/memory.h"
 #include "attnctl/text.h"
 #include "text_internal.h"
 
@@ -124,9 +128,7 @@ void ac_vocab_free(ac_vocab *v)
 {
     if (!v)
         return;
-    if (v->tokens)
-        for (int32_t i = 0; i < v->size; i++)
-            free(v->tokens[i]);
+    free(v->storage);
     free(v->tokens);
     free(v->slots);
     vocab_zero(v);
@@ -335,23 +337,32 @@ int ac_vocab_build(ac_vocab *v, const ac_rawdata *data, const int64_t *idx, int6
     v->size = n_specials + (int32_t)keep;
     v->with_cls = with_cls;
     v->mask_id = with_mask ? 2 + with_cls : -1;
+    const char *special_names[4];
+    size_t bytes = 0;
+    for (int32_t i = 0; i < n_specials; i++) {
+        special_names[i] = SPECIALS[i < 2 ? i : i == 2 && with_cls ? SPECIAL_CLS : SPECIAL_MASK];
+        bytes += strlen(special_names[i]) + 1;
+    }
+    for (size_t i = 0; i < keep; i++)
+        bytes += (size_t)ranked[i].len + 1;
     v->tokens = calloc((size_t)v->size, sizeof *v->tokens);
-    int ok = v->tokens != NULL;
-    for (int32_t i = 0; ok && i < n_specials; i++)
-        ok = (v->tokens[i] = strdup(SPECIALS[i < 2 ? i : i == 2 && with_cls ? SPECIAL_CLS
-                                                                             : SPECIAL_MASK])) != NULL;
+    v->storage = malloc(bytes);
+    int ok = v->tokens && v->storage;
+    char *at = v->storage;
+    for (int32_t i = 0; ok && i < n_specials; i++) {
+        size_t len = strlen(special_names[i]);
+        memcpy(at, special_names[i], len + 1);
+        v->tokens[i] = at;
+        at += len + 1;
+    }
     for (size_t i = 0; ok && i < keep; i++) {
         const ranked_token *r = &ranked[i];
         /* vocab.txt is one token a line; the tokenizer never yields a newline or NUL */
         assert(!memchr(r->str, '\n', r->len) && !memchr(r->str, '\0', r->len) && r->len > 0);
-        char *s = malloc((size_t)r->len + 1);
-        if (!s) {
-            ok = 0;
-            break;
-        }
-        memcpy(s, r->str, r->len);
-        s[r->len] = '\0';
-        v->tokens[n_specials + (int32_t)i] = s;
+        memcpy(at, r->str, r->len);
+        at[r->len] = '\0';
+        v->tokens[n_specials + (int32_t)i] = at;
+        at += r->len + 1;
     }
     free(ranked);
     count_table_free(&counts);
@@ -368,108 +379,202 @@ int ac_vocab_build(ac_vocab *v, const ac_rawdata *data, const int64_t *idx, int6
 /* Shows a token in an error message: at most 40 bytes. */
 #define SHOW_TOKEN 40
 
+/* Reads all of fd into *buf, which gets one spare byte past *len. 0, or -1
+ * with errno set. */
+static int read_all(int fd, char **buf, size_t *len)
+{
+    struct stat sb;
+    size_t cap = 1 << 16, used = 0;
+    /* A regular file's size + 1: the read that returns 0 needs no growth. */
+    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size >= 0 &&
+        (uint64_t)sb.st_size < (uint64_t)SIZE_MAX / 2)
+        cap = (size_t)sb.st_size + 1;
+    char *data = malloc(cap + 1);
+    if (!data)
+        return -1;
+    ac_prefault_write(data, cap + 1);
+    for (;;) {
+        if (used == cap) {
+            if (cap > SIZE_MAX / 4) {
+                free(data);
+                errno = EFBIG;
+                return -1;
+            }
+            char *bigger = realloc(data, 2 * cap + 1);
+            if (!bigger) {
+                free(data);
+                errno = ENOMEM;
+                return -1;
+            }
+            data = bigger;
+            cap *= 2;
+        }
+        ssize_t got = read(fd, data + used, cap - used);
+        if (got < 0) {
+            if (errno == EINTR)
+                continue;
+            int e = errno;
+            free(data);
+            errno = e;
+            return -1;
+        }
+        if (got == 0)
+            break;
+        used += (size_t)got;
+    }
+    *buf = data;
+    *len = used;
+    return 0;
+}
+
+/* One line of vocab.txt as the scan of ac_vocab_load saw it. */
+typedef struct {
+    const char *text; /* NUL-terminated at len */
+    size_t len;
+    size_t first_bad;  /* first white space or control byte, or len */
+    int has_nul;
+    int non_ascii;
+} vocab_line;
+
+/* The checks of one line (number lineno): 0, or -1 with the error set.
+ * Updates v->with_cls and v->mask_id. */
+static int check_vocab_line(ac_vocab *v, const vocab_line *l, int64_t lineno, const char *path,
+                            ac_err *err)
+{
+    const char *line = l->text;
+    if (l->len == 0)
+        return ac_err_set(err, "%s:%lld: empty line (vocab.txt holds one token a line)", path,
+                          (long long)lineno);
+    if (l->has_nul)
+        return ac_err_set(err, "%s:%lld: token contains a NUL byte", path, (long long)lineno);
+    /* The tokenizer never yields white space or control characters, and a
+     * CR left at the end ("tok\r\r\n") would not survive a write + load. */
+    if (l->first_bad < l->len)
+        return ac_err_set(err, "%s:%lld: token contains white space or a control character (byte 0x%02x)",
+                          path, (long long)lineno, (unsigned char)line[l->first_bad]);
+    if (l->non_ascii && ac_utf8_valid_prefix(line, l->len) != l->len)
+        return ac_err_set(err, "%s:%lld: token is not valid UTF-8", path, (long long)lineno);
+    if (lineno <= 2 && strcmp(line, SPECIALS[lineno - 1]) != 0)
+        return ac_err_set(err, "%s:%lld: expected \"%s\" (a vocabulary starts with <pad>, <unk>), found \"%.*s\"",
+                          path, (long long)lineno, SPECIALS[lineno - 1], SHOW_TOKEN, line);
+    if (line[0] == '<') {
+        if (lineno == 3 && strcmp(line, SPECIALS[SPECIAL_CLS]) == 0)
+            v->with_cls = 1;
+        else if (strcmp(line, SPECIALS[SPECIAL_CLS]) == 0)
+            return ac_err_set(err, "%s:%lld: \"<cls>\" may only be line 3", path, (long long)lineno);
+        /* <mask> follows the other specials: line 3, or 4 after <cls>. */
+        if (strcmp(line, SPECIALS[SPECIAL_MASK]) == 0) {
+            if (lineno != 3 + v->with_cls)
+                return ac_err_set(err, "%s:%lld: \"<mask>\" may only follow <unk> (line 3) or <cls> "
+                                       "(line 4)",
+                                  path, (long long)lineno);
+            v->mask_id = (int32_t)(lineno - 1);
+        }
+    }
+    if (lineno >= INT32_MAX)
+        return ac_err_set(err, "%s:%lld: too many tokens", path, (long long)lineno);
+    return 0;
+}
+
+/* One read of the whole file, which becomes the tokens' storage (each line
+ * end overwritten with a NUL); the hash table is filled in the same pass. A
+ * cold `attnctl predict` loads 30,000 tokens: a malloc per token and a
+ * second pass cost it 5 ms. */
 int ac_vocab_load(ac_vocab *v, const char *path, ac_err *err)
 {
     vocab_zero(v);
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
         return ac_err_set(err, "%s: cannot open: %s", path, strerror(errno));
-    char *line = NULL;
-    size_t line_cap = 0, tokens_cap = 0;
-    int rc = -1;
-    ssize_t got;
-    int64_t lineno = 0;
-    while ((got = getline(&line, &line_cap, f)) >= 0) {
-        lineno++;
-        size_t len = (size_t)got;
-        if (len && line[len - 1] == '\n')
-            len--;
-        if (len && line[len - 1] == '\r')
-            len--;
-        line[len] = '\0';
-        if (len == 0) {
-            ac_err_set(err, "%s:%lld: empty line (vocab.txt holds one token a line)", path,
-                       (long long)lineno);
-            goto done;
-        }
-        if (memchr(line, '\0', len)) {
-            ac_err_set(err, "%s:%lld: token contains a NUL byte", path, (long long)lineno);
-            goto done;
-        }
-        /* The tokenizer never yields white space or control characters, and a
-         * CR left at the end ("tok\r\r\n") would not survive a write + load. */
-        size_t bad = 0;
-        while (bad < len && (unsigned char)line[bad] > ' ' && line[bad] != 0x7f)
-            bad++;
-        if (bad < len) {
-            ac_err_set(err, "%s:%lld: token contains white space or a control character (byte 0x%02x)",
-                       path, (long long)lineno, (unsigned char)line[bad]);
-            goto done;
-        }
-        if (ac_utf8_valid_prefix(line, len) != len) {
-            ac_err_set(err, "%s:%lld: token is not valid UTF-8", path, (long long)lineno);
-            goto done;
-        }
-        if (lineno <= 2 && strcmp(line, SPECIALS[lineno - 1]) != 0) {
-            ac_err_set(err, "%s:%lld: expected \"%s\" (a vocabulary starts with <pad>, <unk>), found \"%.*s\"",
-                       path, (long long)lineno, SPECIALS[lineno - 1], SHOW_TOKEN, line);
-            goto done;
-        }
-        if (lineno == 3 && strcmp(line, SPECIALS[SPECIAL_CLS]) == 0)
-            v->with_cls = 1;
-        else if (strcmp(line, SPECIALS[SPECIAL_CLS]) == 0) {
-            ac_err_set(err, "%s:%lld: \"<cls>\" may only be line 3", path, (long long)lineno);
-            goto done;
-        }
-        /* <mask> follows the other specials: line 3, or 4 after <cls>. */
-        if (strcmp(line, SPECIALS[SPECIAL_MASK]) == 0) {
-            if (lineno != 3 + v->with_cls) {
-                ac_err_set(err, "%s:%lld: \"<mask>\" may only follow <unk> (line 3) or <cls> "
-                                "(line 4)",
-                           path, (long long)lineno);
-                goto done;
-            }
-            v->mask_id = (int32_t)(lineno - 1);
-        }
-        if (lineno >= INT32_MAX) {
-            ac_err_set(err, "%s:%lld: too many tokens", path, (long long)lineno);
-            goto done;
-        }
-        if (ac_grow((void **)&v->tokens, &tokens_cap, (size_t)v->size + 1, sizeof *v->tokens) ||
-            !(v->tokens[v->size] = strdup(line))) {
-            ac_err_set(err, "%s: out of memory", path);
-            goto done;
-        }
-        v->size++;
-    }
-    if (ferror(f)) {
-        ac_err_set(err, "%s: read error: %s", path, strerror(errno));
-        goto done;
-    }
-    if (lineno == 0) {
+    char *data = NULL;
+    size_t len = 0;
+    int read_rc = read_all(fd, &data, &len);
+    int read_errno = errno;
+    close(fd);
+    if (read_rc != 0)
+        return ac_err_set(err, "%s: read error: %s", path, strerror(read_errno));
+    v->storage = data;
+    data[len] = '\0';
+    char *const end = data + len;
+    size_t n_lines = len > 0 && data[len - 1] != '\n'; /* a last line without its newline */
+    for (size_t i = 0; i < len; i++)
+        n_lines += data[i] == '\n';
+    if (n_lines == 0) {
         ac_err_set(err, "%s: empty file (a vocabulary starts with <pad>, <unk>)", path);
-        goto done;
+        goto fail;
+    }
+    /* Past INT32_MAX lines check_vocab_line stops at line INT32_MAX. */
+    size_t max_tokens = n_lines < (size_t)INT32_MAX ? n_lines : (size_t)INT32_MAX;
+    uint64_t n_slots = 16;
+    while (n_slots < 2 * (uint64_t)max_tokens)
+        n_slots *= 2;
+    v->tokens = malloc(max_tokens * sizeof *v->tokens);
+    v->slots = n_slots <= (1ULL << 31) ? malloc(n_slots * sizeof *v->slots) : NULL;
+    if (!v->tokens || !v->slots) {
+        ac_err_set(err, "%s: out of memory", path);
+        goto fail;
+    }
+    ac_prefault_write(v->tokens, max_tokens * sizeof *v->tokens);
+    ac_prefault_write(v->slots, n_slots * sizeof *v->slots);
+    memset(v->slots, 0xff, n_slots * sizeof *v->slots); /* all -1: empty */
+    v->n_slots = (uint32_t)n_slots;
+    const uint32_t mask = v->n_slots - 1;
+    int32_t dup = -1, first = -1;
+    int64_t lineno = 0;
+    for (char *p = data; p < end;) {
+        /* One pass over the line: its end, its hash, and what the checks need. */
+        vocab_line l = {.text = p};
+        uint64_t h = AC_TOKEN_HASH_START, h_without_last = h;
+        size_t first_bad = SIZE_MAX;
+        unsigned char all_bits = 0;
+        for (; p < end && *p != '\n'; p++) {
+            unsigned char c = (unsigned char)*p;
+            h_without_last = h;
+            h = ac_token_hash_step(h, c);
+            all_bits |= c;
+            if ((c <= ' ' || c == 0x7f) && first_bad == SIZE_MAX)
+                first_bad = (size_t)(p - l.text);
+            l.has_nul |= c == 0;
+        }
+        char *line = (char *)l.text;
+        l.len = (size_t)(p - line);
+        if (p < end)
+            p++; /* past the '\n' */
+        if (l.len && line[l.len - 1] == '\r') { /* CRLF */
+            l.len--;
+            h = h_without_last;
+        }
+        line[l.len] = '\0'; /* the '\n', the '\r' or the spare byte */
+        l.first_bad = first_bad < l.len ? first_bad : l.len;
+        l.non_ascii = (all_bits & 0x80) != 0;
+        lineno++;
+        if (check_vocab_line(v, &l, lineno, path, err) != 0)
+            goto fail;
+        int32_t id = v->size++;
+        v->tokens[id] = line;
+        uint32_t k = slot_of(h, mask);
+        while (v->slots[k] >= 0 && strcmp(v->tokens[v->slots[k]], line) != 0)
+            k = (k + 1) & mask;
+        if (v->slots[k] < 0)
+            v->slots[k] = id;
+        else if (dup < 0) { /* reported once every line has passed its checks */
+            dup = id;
+            first = v->slots[k];
+        }
     }
     if (lineno == 1) {
         ac_err_set(err, "%s:2: missing \"<unk>\" (a vocabulary starts with <pad>, <unk>)", path);
-        goto done;
+        goto fail;
     }
-    int32_t dup = -1, first = -1;
-    if (vocab_index(v, &dup, &first)) {
-        if (dup >= 0)
-            ac_err_set(err, "%s:%lld: duplicate token \"%.*s\" (first on line %lld)", path,
-                       (long long)dup + 1, SHOW_TOKEN, v->tokens[dup], (long long)first + 1);
-        else
-            ac_err_set(err, "%s: out of memory", path);
-        goto done;
+    if (dup >= 0) {
+        ac_err_set(err, "%s:%lld: duplicate token \"%.*s\" (first on line %lld)", path,
+                   (long long)dup + 1, SHOW_TOKEN, v->tokens[dup], (long long)first + 1);
+        goto fail;
     }
-    rc = 0;
-done:
-    free(line);
-    fclose(f);
-    if (rc)
-        ac_vocab_free(v);
-    return rc;
+    return 0;
+fail:
+    ac_vocab_free(v);
+    return -1;
 }
 
 int ac_vocab_write(const ac_vocab *v, FILE *f, ac_err *err)
