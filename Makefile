@@ -21,6 +21,8 @@ CPPFLAGS += -Iinclude -D_GNU_SOURCE
 CFLAGS   ?=
 CFLAGS   += -std=c11 $(WARN) $(OPT) -ffp-contract=fast -fopenmp -g
 LDLIBS   := -lcjson -lcsv -lutf8proc -lz -lopenblas -lnettle -lm
+# attnctl itself loads OpenBLAS with dlopen (src/cli/blas.c); the tests link it.
+BIN_LDLIBS := $(filter-out -lopenblas,$(LDLIBS))
 CHECK_LIBS := -lcheck_pic -lsubunit -lrt -pthread -lm
 
 ifeq ($(SAN),1)
@@ -95,7 +97,7 @@ $(LIB): $(LIB_OBJS)
 	ar rcs $@ $^
 
 $(BIN): $(CLI_OBJS) $(LIB)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(CLI_OBJS) $(LIB) $(LDLIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(CLI_OBJS) $(LIB) $(BIN_LDLIBS)
 
 # No sanitizer in the plugin: it is loaded into a sanitized attnctl as a plain library.
 $(BUILD)/attnctl-mpi.so: src/mpi/comm_mpi.c include/attnctl/comm.h | $(DEPS_STAMP)

@@ -896,6 +896,78 @@ START_TEST(test_predict_closed_stdout)
 }
 END_TEST
 
+/* Reads /proc/PID/environ (the environment the process image started with;
+ * setenv does not change it) into buf, NULs turned into newlines. */
+static void read_start_environment(pid_t pid, char *buf, size_t cap)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
+    int fd = open(path, O_RDONLY);
+    ck_assert_msg(fd >= 0, "%s: %s", path, strerror(errno));
+    size_t n = 0;
+    ssize_t k;
+    while (n + 1 < cap && (k = read(fd, buf + n, cap - 1 - n)) > 0)
+        n += (size_t)k;
+    close(fd);
+    for (size_t i = 0; i < n; i++)
+        if (buf[i] == '\0')
+            buf[i] = '\n';
+    buf[n] = '\0';
+}
+
+/* Issue 14: a cold `predict` no longer re-executes itself to put its
+ * libraries' variables in place (10 ms of 30); OpenBLAS is loaded with
+ * dlopen once OPENBLAS_CORETYPE and OPENBLAS_NUM_THREADS are set. Checked
+ * from outside: predict answers with the environment it was started with
+ * (an exec would have replaced /proc/PID/environ with one holding the added
+ * variables), and `bench` (which does re-execute) reports the OpenBLAS core
+ * attnctl chose, so OpenBLAS read the variable set inside the process. */
+START_TEST(test_predict_starts_once)
+{
+    static const char *const VARS[] = {"OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS",
+                                       "GOMP_SPINCOUNT", "GLIBC_TUNABLES"};
+    for (size_t i = 0; i < sizeof VARS / sizeof VARS[0]; i++)
+        unsetenv(VARS[i]); /* this test runs in its own process (Check forks) */
+    char model[512];
+    model_dir(model, sizeof model);
+    const char *args[] = {"predict", "--model", model, NULL};
+    child c;
+    spawn(&c, args);
+    const char *review = "A wonderful film, loved every minute.\n";
+    ck_assert_int_eq(write(c.in, review, strlen(review)), (ssize_t)strlen(review));
+    char line[256];
+    ck_assert_msg(read_line_timeout(c.out, line, sizeof line, 10.0) >= 0, "no answer within 10 s");
+    ck_assert_msg(strncmp(line, "positive\t", 9) == 0, "answer: %s", line);
+    static char env[1 << 16];
+    read_start_environment(c.pid, env, sizeof env);
+    ck_assert_msg(!strstr(env, "OPENBLAS_NUM_THREADS=") && !strstr(env, "GLIBC_TUNABLES="),
+                  "predict re-executed itself; its environment:\n%s", env);
+    close(c.in);
+    int status = wait_child(&c, 10.0);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    close(c.out);
+    close(c.err);
+
+    const char *bench[] = {"bench", "--steps", "1", "--json", "--batch-size", "2",
+                           "--max-len", "16", "--threads", "1", NULL};
+    result r = run(bench);
+    ck_assert_msg(r.status == 0, "status %d, stderr: %s", r.status, r.err);
+    cJSON *o = cJSON_Parse(r.out);
+    ck_assert_msg(o != NULL, "not JSON: %s", r.out);
+    const cJSON *core = cJSON_GetObjectItem(o, "openblas_core");
+    ck_assert(cJSON_IsString(core));
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512cd"))
+        ck_assert_str_eq(core->valuestring, "SkylakeX");
+    else
+        ck_assert_str_ne(core->valuestring, "unknown");
+    cJSON_Delete(o);
+    result_free(&r);
+}
+END_TEST
+
 /* ------------------------------------------------------------------- bench */
 
 START_TEST(test_bench_json)
@@ -1015,6 +1087,7 @@ int main(void)
         tcase_add_test(tc, test_predict_matches_eval);
         tcase_add_test(tc, test_predict_interactive);
         tcase_add_test(tc, test_predict_closed_stdout);
+        tcase_add_test(tc, test_predict_starts_once);
     }
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

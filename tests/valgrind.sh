@@ -5,8 +5,8 @@
 # possible leak. Usage: tests/valgrind.sh BINARY WORKDIR
 #
 # The binary is built without AVX-512 (valgrind 3.19 cannot execute it), and
-# the OpenBLAS variables are set so attnctl does not re-execute itself (a
-# re-exec would leave valgrind). tests/valgrind.supp hides only libgomp's
+# the variables attnctl sets for train/pretrain/eval/bench are set so that it
+# does not re-execute itself (a re-exec would leave valgrind). tests/valgrind.supp hides only libgomp's
 # worker-thread storage.
 set -u
 bin=$1
@@ -14,6 +14,7 @@ work=$2
 here=$(dirname "$0")
 rm -rf "$work" && mkdir -p "$work" || exit 1
 export OPENBLAS_CORETYPE=Haswell OPENBLAS_NUM_THREADS=1 GOMP_SPINCOUNT=10000
+export GLIBC_TUNABLES=glibc.malloc.hugetlb=1
 vg="valgrind -q --error-exitcode=99 --leak-check=full --show-leak-kinds=definite,indirect,possible"
 vg="$vg --errors-for-leak-kinds=definite,indirect,possible --suppressions=$here/valgrind.supp"
 failed=0

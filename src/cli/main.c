@@ -4,15 +4,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <unistd.h>
 
 #include "attnctl/io.h"
 #include "cli.h"
-
-/* Exported by OpenBLAS (declared here to avoid depending on which cblas.h is installed). */
-extern char *openblas_get_corename(void);
-extern void openblas_set_num_threads(int num_threads);
 
 typedef struct {
     const char *name;
@@ -30,47 +25,57 @@ static const command COMMANDS[] = {
 };
 #define N_COMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 
-/* Debian's OpenBLAS 0.3.21 (DYNAMIC_ARCH) does not recognise recent AVX-512
- * CPUs and falls back to older, much slower kernels (Haswell or even
- * Prescott). The core is chosen when the library loads, before main, and only
- * OPENBLAS_CORETYPE overrides it. OpenBLAS also starts a pool of worker
- * threads at load time that spin (sched_yield) for a while: with our OpenMP
- * threads on a 2-core machine they steal the CPU, and a cold `predict` took
- * 80 ms instead of 20. Only OPENBLAS_NUM_THREADS=1 at load time prevents the
- * pool. So when either variable needs setting, set them and re-execute
- * ourselves once (about 3 ms). If exec fails we just carry on (slower). */
-static void openblas_setup(char **argv)
+/* Commands that run long enough for a re-execution (about 10 ms) not to
+ * matter, and whose speed depends on the variables below (eval reads whole
+ * test sets). */
+static int long_running(const char *name)
 {
-    int exec_again = 0;
+    return strcmp(name, "train") == 0 || strcmp(name, "pretrain") == 0 ||
+           strcmp(name, "eval") == 0 || strcmp(name, "bench") == 0;
+}
+
+/* The environment the libraries read when they load, set unless the user set
+ * it. OpenBLAS is loaded with dlopen afterwards (src/cli/blas.c), so its
+ * variables need no re-execution:
+ * - Debian's OpenBLAS 0.3.21 (DYNAMIC_ARCH) does not recognise recent
+ *   AVX-512 CPUs and falls back to older, much slower kernels (Haswell or
+ *   even Prescott); only OPENBLAS_CORETYPE overrides its choice. Its SkylakeX
+ *   kernels are also what its Cooperlake and SapphireRapids targets use for
+ *   sgemm, so naming it on any CPU with these AVX-512 subsets loses nothing.
+ * - OpenBLAS starts a pool of worker threads at load time that spin
+ *   (sched_yield) next to attnctl's own OpenMP threads; on 2 cores a cold
+ *   `predict` took 80 ms instead of 20. Only OPENBLAS_NUM_THREADS=1 at load
+ *   time prevents the pool.
+ * libgomp and glibc's malloc read theirs before main, so for those the
+ * process re-executes itself once, and only for the long-running commands:
+ * - libgomp's idle threads spin for about 300,000 rounds before sleeping: on
+ *   2 cores that spinning starves the serial parts (model loading, a busy
+ *   neighbour process). A shorter spin keeps the training speed.
+ * - Transparent huge pages for malloc's big blocks (weights, moments,
+ *   activations) save thousands of page faults in training; a cold `predict`
+ *   is faster without them (they zero 2 MB pages it barely touches).
+ * If exec fails we just carry on (slower). */
+static void environment_setup(const char *name, char **argv)
+{
     if (!getenv("OPENBLAS_CORETYPE")) {
         __builtin_cpu_init();
-        int skylakex_capable = __builtin_cpu_supports("avx512f") &&
-                               __builtin_cpu_supports("avx512bw") &&
-                               __builtin_cpu_supports("avx512vl") &&
-                               __builtin_cpu_supports("avx512dq") &&
-                               __builtin_cpu_supports("avx512cd");
-        const char *core = openblas_get_corename();
-        int already_avx512 = core && (strcasecmp(core, "SkylakeX") == 0 ||
-                                      strcasecmp(core, "Cooperlake") == 0 ||
-                                      strcasecmp(core, "SapphireRapids") == 0);
-        if (skylakex_capable && !already_avx512 &&
-            setenv("OPENBLAS_CORETYPE", "SkylakeX", 1) == 0)
-            exec_again = 1;
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+            __builtin_cpu_supports("avx512cd"))
+            setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
     }
-    if (!getenv("OPENBLAS_NUM_THREADS") && setenv("OPENBLAS_NUM_THREADS", "1", 1) == 0)
+    if (!getenv("OPENBLAS_NUM_THREADS"))
+        setenv("OPENBLAS_NUM_THREADS", "1", 1);
+    if (!name || !long_running(name))
+        return;
+    int exec_again = 0;
+    if (!getenv("GOMP_SPINCOUNT") && !getenv("OMP_WAIT_POLICY") &&
+        setenv("GOMP_SPINCOUNT", "10000", 1) == 0)
         exec_again = 1;
-    /* libgomp's idle threads spin for about 300,000 rounds before sleeping:
-     * on 2 cores that spinning starves the serial parts (model loading, a
-     * busy neighbour process). A shorter spin keeps the training speed. */
-    if (exec_again && !getenv("GOMP_SPINCOUNT") && !getenv("OMP_WAIT_POLICY"))
-        setenv("GOMP_SPINCOUNT", "10000", 1);
-    /* Transparent huge pages for malloc's big blocks (weights, activations):
-     * a cold predict faulted in 4,400 small pages; this saves about 2.5 ms. */
-    if (exec_again && !getenv("GLIBC_TUNABLES"))
-        setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1", 1);
+    if (!getenv("GLIBC_TUNABLES") && setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1", 1) == 0)
+        exec_again = 1;
     if (exec_again)
         execv("/proc/self/exe", argv);
-    openblas_set_num_threads(1);
 }
 
 static void print_usage(FILE *f)
@@ -122,7 +127,7 @@ int main(int argc, char **argv)
      * command unblock them after installing its handlers. */
     if (argc >= 2 && (strcmp(argv[1], "train") == 0 || strcmp(argv[1], "pretrain") == 0))
         cli_block_stop_signals(1);
-    openblas_setup(argv);
+    environment_setup(argc >= 2 ? argv[1] : NULL, argv);
     /* Past a file-size limit (ulimit -f) a write must fail with EFBIG and go
      * through the error path, which removes temporary files and keeps the
      * previous model; the default action would kill us halfway instead. */
@@ -161,6 +166,8 @@ int main(int argc, char **argv)
     const command *c = find_command(name);
     if (!c)
         return unknown_command(name);
+    if (cli_blas_load() != 0)
+        return CLI_EXIT_RUNTIME;
     int status = c->run(argc - 1, argv + 1);
     if (fflush(stdout) != 0 && status == CLI_EXIT_OK)
         return cli_error("writing to standard output: %s", strerror(errno));
