@@ -22,6 +22,7 @@ typedef struct {
     int32_t *lengths; /* [batch_size] */
     int32_t *labels;  /* [batch_size] */
     int64_t *rows;    /* [batch_size] */
+    int threads;      /* OpenMP threads for big batches (small ones run on one) */
     int loaded;
 } cli_infer;
 

@@ -1,6 +1,7 @@
 /* The encoder classifier: parameter table, activation layout, batch forward
  * and backward (post-LN, see DESIGN.md). The layer math lives in the other
  * src/nn files; this file only wires the layers together. */
+#include "attnctl/memory.h"
 #include "attnctl/model.h"
 #include "attnctl/rng.h"
 
@@ -473,6 +474,7 @@ int ac_model_alloc_activations(ac_model *m, int B, int T, ac_err *err)
     if (!mem)
         return ac_err_set(err, "model: out of memory for activations (%.1f MiB for batch %d x %d)",
                           (double)bytes / 1048576.0, want_B, want_T);
+    ac_advise_huge_pages(mem, bytes);
     free(m->act.mem);
     memset(&m->act, 0, sizeof m->act);
     m->act.n_floats = layout_activations(&m->act, &m->cfg, (size_t)want_B, (size_t)want_T, mem);
