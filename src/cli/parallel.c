@@ -13,7 +13,7 @@
 #define PLUGIN_NAME "attnctl-mpi.so"
 
 typedef int (*open_fn)(ac_comm **out, ac_err *err);
-typedef void (*close_fn)(ac_comm *c, int failed);
+typedef void (*close_fn)(ac_comm *c, int failed, int ending);
 
 /* ATTNCTL_MPI_PLUGIN, else beside the executable, else in ../lib/attnctl. */
 static void *load_plugin(char *tried, size_t cap)
@@ -73,12 +73,12 @@ int cli_parallel_start(cli_parallel *p)
     return 0;
 }
 
-void cli_parallel_finish(cli_parallel *p, int failed)
+void cli_parallel_finish(cli_parallel *p, int failed, int ending)
 {
     if (!p->plugin)
         return;
     close_fn close_comm = (close_fn)(uintptr_t)dlsym(p->plugin, "attnctl_mpi_close");
-    close_comm(p->comm, failed);
+    close_comm(p->comm, failed, ending);
     p->comm = NULL;
     /* The plugin stays loaded: MPI may still run exit handlers from it. */
 }

@@ -15,7 +15,9 @@ typedef struct {
 /* Launched by mpirun: loads the plugin and starts MPI. 0 (p->comm NULL when
  * not under mpirun), or an exit status after printing why. */
 int cli_parallel_start(cli_parallel *p);
-/* Ends MPI; failed: the job is ended (the other ranks may be waiting). */
-void cli_parallel_finish(cli_parallel *p, int failed);
+/* Ends MPI; failed: the job is ended (the other ranks may be waiting).
+ * ending: this process was told to end by its launcher (SIGTERM); then all
+ * meet and, if any was told, leave without MPI_Finalize (src/mpi/comm_mpi.c). */
+void cli_parallel_finish(cli_parallel *p, int failed, int ending);
 
 #endif

@@ -1005,7 +1005,7 @@ int cli_run_training(cli_training_kind kind, int argc, char **argv)
     cli_parallel par;
     int rc = cli_parallel_start(&par);
     if (rc != 0) {
-        cli_parallel_finish(&par, 1);
+        cli_parallel_finish(&par, 1, 0);
         return rc;
     }
     int failure_shared = 0;
@@ -1013,9 +1013,10 @@ int cli_run_training(cli_training_kind kind, int argc, char **argv)
     /* An interruption, a usage error or a failure the trainer agreed on is
      * every rank's; any other failure may be this rank's alone, and the
      * others would wait for it: the job is ended. */
-    cli_parallel_finish(&par, rc != CLI_EXIT_OK && rc != CLI_EXIT_SIGINT &&
-                                  rc != CLI_EXIT_SIGTERM && rc != CLI_EXIT_USAGE &&
-                                  !failure_shared);
+    int failed = rc != CLI_EXIT_OK && rc != CLI_EXIT_SIGINT && rc != CLI_EXIT_SIGTERM &&
+                 rc != CLI_EXIT_USAGE && !failure_shared;
+    /* SIGTERM under mpirun: the launcher is ending the job (see parallel.h). */
+    cli_parallel_finish(&par, failed, stop_signal == SIGTERM);
     return rc;
 }
 

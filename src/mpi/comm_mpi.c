@@ -149,13 +149,24 @@ int attnctl_mpi_open(ac_comm **out, ac_err *err)
 }
 
 /* Ends MPI. failed: this rank stops with an error the others may not share
- * (they could wait for it forever), so the whole job is ended. */
-void attnctl_mpi_close(ac_comm *c, int failed)
+ * (they could wait for it forever), so the whole job is ended. ending: this
+ * rank was told to end by its launcher (SIGTERM): Open MPI's mpirun, asked to
+ * stop the job (Ctrl-C), sends SIGTERM to every process and SIGKILL one
+ * second later, or as soon as one of them exits. The processes therefore
+ * meet first (rank 0 has saved its checkpoint by then, so no exit kills it
+ * mid-save) and agree whether any was told to end; if so they leave without
+ * MPI_Finalize, whose exchange with the launcher would wait for a launcher
+ * that is busy killing the job (measured: 2 s, past the SIGKILL). */
+void attnctl_mpi_close(ac_comm *c, int failed, int ending)
 {
     if (failed) {
         MPI_Abort(MPI_COMM_WORLD, 1);
         return;
     }
+    int any_ending = ending != 0;
+    if (MPI_Allreduce(MPI_IN_PLACE, &any_ending, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD) !=
+        MPI_SUCCESS)
+        any_ending = 1;
     if (c) {
         mpi_comm *m = (mpi_comm *)c;
         MPI_Op_free(&m->int128_sum);
@@ -164,5 +175,6 @@ void attnctl_mpi_close(ac_comm *c, int failed)
         free(m->displs);
         free(m);
     }
-    MPI_Finalize();
+    if (!any_ending)
+        MPI_Finalize();
 }
