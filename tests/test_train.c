@@ -997,6 +997,87 @@ END_TEST
 
 /* Interrupted and resumed = one run, bit for bit (weights, moments, state,
  * metrics); and 1 thread = 2 threads. */
+/* A stop asked for while an evaluation is due or running does not wait for
+ * it (under mpirun the processes have one second between SIGTERM and SIGKILL,
+ * and an evaluation of IMDB's validation rows takes 2.4 s): the evaluation is
+ * left, the checkpoint says it is pending, and the resumed run does it first,
+ * so that it goes on bitwise as if never stopped. The stop comes with step 10,
+ * where an evaluation is due: a classifier, one with weight averaging (its
+ * average is swapped in for the evaluation), and a pretraining run. */
+START_TEST(test_stop_during_evaluation_resumes_bitwise)
+{
+    ac_rawdata raw;
+    ac_config cfg;
+    pretrain_setup p;
+    const run_kind *kind = NULL;
+    if (_i == 2) {
+        pretrain_setup_make(&p);
+        kind = &p.kind;
+        raw = p.raw;
+        cfg = p.cfg;
+    } else {
+        read_tiny(&raw);
+        tiny_config(&cfg);
+        if (_i == 1)
+            cfg.training.ema = 0.9f;
+    }
+    cfg.training.eval_every = 5;
+    char *a = make_temp_dir(), *b = make_temp_dir();
+    ac_train_result ra, rb;
+    watcher w;
+    ac_err err = {{0}};
+    ck_assert_msg(train_once_as(kind, &cfg, &raw, NULL, a, 0, 13, 0, &w, &ra, &err) == 0, "%s",
+                  err.msg);
+    ck_assert_msg(train_once_as(kind, &cfg, &raw, NULL, b, 0, 13, 10, &w, &rb, &err) == 0, "%s",
+                  err.msg);
+    ck_assert_int_eq(rb.status, AC_TRAIN_INTERRUPTED);
+    ck_assert_int_eq(rb.step, 10);
+    ck_assert_int_eq(w.n_evals, 1); /* step 5 only: step 10's was left */
+    char *ca = join(a, AC_CHECKPOINT_SUBDIR), *cb = join(b, AC_CHECKPOINT_SUBDIR);
+    char *state_path = join(cb, "trainer_state.json");
+    ac_trainer_state st;
+    ck_assert_msg(ac_trainer_state_load(&st, state_path, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(st.step, 10);
+    ck_assert_int_eq(st.eval_pending, 1);
+    metrics_log la, lb;
+    read_metrics(b, &lb);
+    ck_assert_int_eq(lb.n, 1);
+    ck_assert_int_eq(lb.step[0], 5);
+
+    ck_assert_msg(train_once_as(kind, NULL, &raw, NULL, b, 1, 13, 0, &w, &rb, &err) == 0, "%s",
+                  err.msg);
+    ck_assert_int_eq(rb.status, AC_TRAIN_MAX_STEPS);
+    ck_assert_int_eq(rb.step, 13);
+    ck_assert_int_eq(w.n_evals, 2); /* step 10's first, then step 13's */
+    ck_assert_msg(ac_trainer_state_load(&st, state_path, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(st.eval_pending, 0);
+    assert_same_weights(ca, cb, 1);
+    assert_same_weights(a, b, 0);
+    read_metrics(a, &la);
+    read_metrics(b, &lb);
+    ck_assert_int_eq(la.n, 3); /* steps 5, 10, 13 */
+    ck_assert_int_eq(lb.n, la.n);
+    for (int i = 0; i < la.n; i++) {
+        ck_assert_int_eq(la.step[i], lb.step[i]);
+        ck_assert(la.val_accuracy[i] == lb.val_accuracy[i] && la.val_loss[i] == lb.val_loss[i]);
+    }
+    ck_assert(ra.best_val_accuracy == rb.best_val_accuracy);
+    free(state_path);
+    free(ca);
+    free(cb);
+    rm_rf(a);
+    rm_rf(b);
+    free(a);
+    free(b);
+    if (_i == 2) {
+        pretrain_setup_free(&p);
+    } else {
+        ac_config_free(&cfg);
+        ac_rawdata_free(&raw);
+    }
+}
+END_TEST
+
 START_TEST(test_pretrain_resume_and_threads_bitwise)
 {
     pretrain_setup p;
@@ -1420,6 +1501,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_resume_after_interrupt_is_bitwise);
     tcase_add_test(tc, test_resume_after_max_steps_is_bitwise);
+    tcase_add_loop_test(tc, test_stop_during_evaluation_resumes_bitwise, 0, 3);
     tcase_add_test(tc, test_thread_count_does_not_change_weights);
     tcase_add_test(tc, test_early_stop_by_patience);
     tcase_add_test(tc, test_nan_keeps_last_good_checkpoint);

@@ -151,6 +151,8 @@ typedef struct {
     int bad_evals;        /* evaluations since the best (early stopping) */
     double train_loss_sum; /* running sums since the last evaluation */
     long train_loss_count;
+    int eval_pending;     /* 1: the evaluation due at this step was cut short by a
+                           * stop; a resumed run does it first */
 } ac_trainer_state;
 
 /* -------------------------------------------------------------- model folder */

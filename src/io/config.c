@@ -121,8 +121,9 @@ typedef enum {
     K_CLASSES,    /* int: 2..hi, or 0 (a masked-LM model has no classes) */
 } key_kind;
 
-/* SINCE_0_2: a key that config.json files of attnctl 0.1 lack; such a file
- * still loads (full), with the key at its LEGACY_VALUES value: the behaviour
+/* SINCE_0_2: a key that config.json files of attnctl 0.1 (or trainer_state.json
+ * files written before the key existed) lack; such a file still loads (full),
+ * with the key at its LEGACY_VALUES value (0 when not listed): the behaviour
  * that version had. */
 enum { LO_OPEN = 1, HI_OPEN = 2, SINCE_0_2 = 4 };
 
@@ -982,6 +983,7 @@ static const key_spec STATE_KEYS[] = {
     {"bad_evals", K_INT, ST(bad_evals), 0, 1000000000, 0, 0},
     {"train_loss_sum", K_REAL, ST(train_loss_sum), 0, 0, 0, 0},
     {"train_loss_count", K_LONG, ST(train_loss_count), 0, MAX_EXACT_INT, 0, 0},
+    {"eval_pending", K_INT, ST(eval_pending), 0, 1, SINCE_0_2, 0},
 };
 static const section_spec STATE_SECTION = {"", STATE_KEYS, N_OF(STATE_KEYS)};
 

@@ -111,7 +111,12 @@ int pretrain_evaluate(trainer *t, double *loss, double *accuracy, ac_err *err)
     memset(t->eval_slots, 0, 3 * (size_t)n_batches * sizeof *t->eval_slots);
     int64_t first, last;
     trainer_rank_share(t, n_batches, &first, &last);
+    int abandoned = 0;
     for (int64_t i = first; i < last; i++) {
+        if (trainer_stop_requested(t)) { /* see evaluate() in trainer.c */
+            abandoned = 1;
+            break;
+        }
         ac_batch_fill(b, t->val_src, &t->val_plan, i);
         int M = mask_batch(t, b, ac_rng_key(eval_key, (uint64_t)i), 0, err);
         if (M < 0)
@@ -124,6 +129,9 @@ int pretrain_evaluate(trainer *t, double *loss, double *accuracy, ac_err *err)
         if (!isfinite(l) && !t->comm)
             break;
     }
+    int agreed = trainer_agree_abandon(t, abandoned, err);
+    if (agreed != 0)
+        return agreed < 0 ? -1 : TRAINER_EVAL_ABANDONED;
     if (trainer_share_eval_slots(t, 3 * (size_t)n_batches, err))
         return -1;
     /* In batch order, whichever rank computed a batch. */

@@ -103,6 +103,14 @@ void trainer_rank_share(const trainer *t, int64_t n, int64_t *begin, int64_t *en
 /* Every rank gets the per-batch figures of an evaluation (eval_slots, each
  * batch's filled by one rank, zeros elsewhere). */
 int trainer_share_eval_slots(trainer *t, size_t n, ac_err *err);
+/* Whether this process was asked to stop (a signal). */
+int trainer_stop_requested(const trainer *t);
+/* After an evaluation pass that stopped early on this process when asked to
+ * stop (abandoned_here): 1 when any process did (they all agree, and all
+ * stop), 0 when none did, -1 on a communication error. */
+int trainer_agree_abandon(trainer *t, int abandoned_here, ac_err *err);
+/* What an evaluation pass returns when it was abandoned. */
+#define TRAINER_EVAL_ABANDONED 1
 
 /* ---- init_from.c: a classifier started from a pretrained encoder ---- */
 /* Loads opt->init_dir, checks that the configuration agrees with it and
