@@ -4,6 +4,7 @@
 #include <check.h>
 #include <cjson/cJSON.h>
 #include <ftw.h>
+#include <errno.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -322,6 +323,91 @@ START_TEST(test_resume_after_interrupt_is_bitwise)
     rm_rf(b);
     free(a);
     free(b);
+    ac_config_free(&cfg);
+    ac_rawdata_free(&raw);
+}
+END_TEST
+
+static void copy_file(const char *from, const char *to)
+{
+    size_t len;
+    char *bytes = read_bytes(from, &len);
+    FILE *f = fopen(to, "wb");
+    ck_assert_msg(f != NULL, "%s: %s", to, strerror(errno));
+    ck_assert_uint_eq(fwrite(bytes, 1, len, f), len);
+    ck_assert_int_eq(fclose(f), 0);
+    free(bytes);
+}
+
+/* A checkpoint save killed between its renames (mpirun's SIGKILL one second
+ * after Ctrl-C can land there) left trainer_state.json of step 9 next to the
+ * weights and moments of step 6, whose step-9 versions are still temp files
+ * of the dead writer. The resume finishes that save and goes on bitwise as
+ * the uninterrupted run (it used to resume step 9's state with step 6's
+ * weights, silently). Without those temp files it refuses, naming the steps. */
+START_TEST(test_resume_finishes_a_save_cut_short)
+{
+    ac_rawdata raw;
+    read_tiny(&raw);
+    ac_config cfg;
+    tiny_config(&cfg);
+    cfg.training.eval_every = 5;
+    char *a = make_temp_dir(), *b = make_temp_dir(), *c = make_temp_dir();
+    ac_train_result ra, rb, rc;
+    train_ok(&cfg, &raw, a, 0, 13, 0, &ra);
+    train_ok(&cfg, &raw, b, 0, 13, 6, &rb);
+    train_ok(&cfg, &raw, c, 0, 13, 9, &rc);
+    ck_assert_int_eq(rb.step, 6);
+    ck_assert_int_eq(rc.step, 9);
+    char *cb = join(b, AC_CHECKPOINT_SUBDIR), *cc = join(c, AC_CHECKPOINT_SUBDIR);
+    char *state_b = join(cb, "trainer_state.json"), *state_c = join(cc, "trainer_state.json");
+    char *optim_c = join(cc, "optimizer.safetensors"), *model_c = join(cc, "model.safetensors");
+    char *optim_tmp = join(cb, "optimizer.safetensors.tmp.2147483646.0");
+    char *model_tmp = join(cb, "model.safetensors.tmp.2147483646.0");
+    copy_file(state_c, state_b); /* renamed */
+    copy_file(optim_c, optim_tmp); /* not yet */
+    copy_file(model_c, model_tmp);
+
+    /* without the temp files: a clear refusal */
+    char *hidden = join(b, "hidden");
+    ck_assert_int_eq(rename(model_tmp, hidden), 0);
+    watcher w;
+    ac_err err = {{0}};
+    ck_assert_int_eq(train_once(&cfg, &raw, NULL, b, 1, 13, 0, &w, &rb, &err), -1);
+    ck_assert_msg(strstr(err.msg, "a save was cut short (trainer_state.json of step 9, "
+                                  "optimizer.safetensors of step 6, model.safetensors of step 6)"),
+                  "%s", err.msg);
+    ck_assert_int_eq(access(optim_tmp, F_OK), 0); /* nothing half done */
+    ck_assert_int_eq(rename(hidden, model_tmp), 0);
+
+    train_ok(&cfg, &raw, b, 1, 13, 0, &rb);
+    ck_assert_int_eq(rb.status, AC_TRAIN_MAX_STEPS);
+    ck_assert_int_eq(rb.step, 13);
+    ck_assert_int_ne(access(optim_tmp, F_OK), 0);
+    ck_assert_int_ne(access(model_tmp, F_OK), 0);
+    char *ca = join(a, AC_CHECKPOINT_SUBDIR);
+    assert_same_weights(ca, cb, 1);
+    assert_same_weights(a, b, 0);
+
+    /* the other way round: killed before any rename, the old checkpoint stands */
+    train_ok(&cfg, &raw, c, 1, 13, 0, &rc);
+    assert_same_weights(ca, cc, 1);
+    free(ca);
+    free(hidden);
+    free(optim_tmp);
+    free(model_tmp);
+    free(optim_c);
+    free(model_c);
+    free(state_b);
+    free(state_c);
+    free(cb);
+    free(cc);
+    rm_rf(a);
+    rm_rf(b);
+    rm_rf(c);
+    free(a);
+    free(b);
+    free(c);
     ac_config_free(&cfg);
     ac_rawdata_free(&raw);
 }
@@ -1501,6 +1587,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_resume_after_interrupt_is_bitwise);
     tcase_add_test(tc, test_resume_after_max_steps_is_bitwise);
+    tcase_add_test(tc, test_resume_finishes_a_save_cut_short);
     tcase_add_loop_test(tc, test_stop_during_evaluation_resumes_bitwise, 0, 3);
     tcase_add_test(tc, test_thread_count_does_not_change_weights);
     tcase_add_test(tc, test_early_stop_by_patience);

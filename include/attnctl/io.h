@@ -185,6 +185,14 @@ int ac_model_dir_save(const char *dir, const ac_config *cfg, const ac_vocab *v, 
                       const float *m1, const float *m2, const ac_trainer_state *state,
                       ac_err *err);
 /* Loads optimizer.safetensors (moments, names "m1.<param>" / "m2.<param>") and trainer_state.json. */
+/* A checkpoint directory whose save was cut short between its renames (a
+ * SIGKILL, e.g. mpirun's one second after Ctrl-C) holds trainer_state.json,
+ * optimizer.safetensors and model.safetensors of different steps. Each
+ * records its step; the files not yet renamed are still there, complete, as
+ * the dead writer's temp files, and this renames them into place (*completed
+ * of them). 0 when the checkpoint is consistent (then or now), -1 with err
+ * when it cannot be made so. Call it before ac_remove_stale_temps. */
+int ac_checkpoint_recover(const char *dir, int *completed, ac_err *err);
 int ac_model_dir_load_resume(const char *dir, const ac_model *m, float *m1, float *m2,
                              ac_trainer_state *state, ac_err *err);
 
@@ -232,6 +240,8 @@ void ac_atomic_abort(ac_atomic_file *f);               /* closes, removes the te
  * (NAME.tmp.PID.N with no process PID): what a writer killed mid-save left
  * (e.g. SIGKILL from mpirun). Best effort; the number removed. */
 int ac_remove_stale_temps(const char *dir);
+/* Whether the file name entry is such a temp file of target (a file name). */
+int ac_is_stale_temp_of(const char *entry, const char *target);
 void ac_atomic_release(ac_atomic_file *f);             /* frees after a successful publish */
 /* Writes a safetensors file into an open atomic file (see ac_st_save). */
 int ac_st_write(ac_atomic_file *f, const ac_st_entry *entries, int n, const char *const *meta_kv,

@@ -234,6 +234,15 @@ static long temp_file_writer(const char *name)
     return pid;
 }
 
+int ac_is_stale_temp_of(const char *entry, const char *target)
+{
+    size_t n = strlen(target);
+    if (strncmp(entry, target, n) != 0 || strncmp(entry + n, ".tmp.", 5) != 0)
+        return 0;
+    long pid = temp_file_writer(entry);
+    return pid > 0 && pid <= INT_MAX && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
 int ac_remove_stale_temps(const char *dir)
 {
     DIR *d = opendir(dir);

@@ -4,6 +4,7 @@
  * rename them all, so a failure while writing never changes an existing file. */
 #include "attnctl/io.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -206,6 +207,117 @@ done:
     return rc;
 }
 
+/* The step a checkpoint file records: trainer_state.json's, or the
+ * "step" of a safetensors file's __metadata__. 1 (in *step), 0 when it
+ * records none (written before attnctl recorded it), -1 when unreadable. */
+static int recorded_step(const char *path, int is_state, long *step)
+{
+    ac_err ignored;
+    if (is_state) {
+        ac_trainer_state st;
+        memset(&st, 0, sizeof st);
+        if (ac_trainer_state_load(&st, path, &ignored) != 0)
+            return -1;
+        *step = st.step;
+        return 1;
+    }
+    ac_safetensors st;
+    if (ac_st_map(&st, path, &ignored) != 0)
+        return -1;
+    int found = 0;
+    for (int i = 0; i < st.n_meta && !found; i++) {
+        if (strcmp(st.meta_keys[i], "step") != 0)
+            continue;
+        char *end;
+        errno = 0;
+        long v = strtol(st.meta_values[i], &end, 10);
+        found = errno == 0 && end != st.meta_values[i] && *end == '\0' && v >= 0 ? 1 : -1;
+        *step = v;
+    }
+    ac_st_free(&st);
+    return found;
+}
+
+/* A temp file in dir of `name`, left by a writer that is gone, holding
+ * `step`: its path (malloc'd), or NULL. */
+static char *stale_temp_of_step(const char *dir, const char *name, int is_state, long step)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return NULL;
+    char *found = NULL;
+    struct dirent *e;
+    while (!found && (e = readdir(d)) != NULL) {
+        if (!ac_is_stale_temp_of(e->d_name, name))
+            continue;
+        char *path = path_join(dir, e->d_name);
+        long s;
+        if (path && recorded_step(path, is_state, &s) == 1 && s == step)
+            found = path;
+        else
+            free(path);
+    }
+    closedir(d);
+    return found;
+}
+
+int ac_checkpoint_recover(const char *dir, int *completed, ac_err *err)
+{
+    /* The order ac_model_dir_save renames them in (config and vocab before). */
+    static const char *const NAMES[] = {STATE_FILE, OPTIM_FILE, MODEL_FILE};
+    enum { N = 3 };
+    long step[N];
+    *completed = 0;
+    for (int i = 0; i < N; i++) {
+        char *path = path_join(dir, NAMES[i]);
+        if (!path)
+            return ac_err_set(err, "%s: out of memory", dir);
+        int r = recorded_step(path, i == 0, &step[i]);
+        free(path);
+        /* A missing or unreadable file is the loader's to report; a file
+         * written before steps were recorded cannot be checked. */
+        if (r != 1)
+            return 0;
+    }
+    long newest = step[0];
+    for (int i = 1; i < N; i++)
+        newest = step[i] > newest ? step[i] : newest;
+    if (step[0] == newest && step[1] == newest && step[2] == newest)
+        return 0;
+    /* A save cut short between its renames: every file was complete (written
+     * and synced) before the first rename, so the files not yet renamed are
+     * still there as the dead writer's temp files. Finish the save. */
+    char *temps[N] = {NULL, NULL, NULL};
+    int rc = 0;
+    for (int i = 0; i < N && rc == 0; i++) {
+        if (step[i] == newest)
+            continue;
+        temps[i] = stale_temp_of_step(dir, NAMES[i], i == 0, newest);
+        if (!temps[i])
+            rc = ac_err_set(err, "%s: a save was cut short (trainer_state.json of step %ld, "
+                                 "optimizer.safetensors of step %ld, model.safetensors of step "
+                                 "%ld) and the rest of step %ld's files is gone; the checkpoint "
+                                 "cannot be resumed",
+                            dir, step[0], step[1], step[2], newest);
+    }
+    for (int i = 0; i < N && rc == 0; i++) {
+        if (!temps[i])
+            continue;
+        char *path = path_join(dir, NAMES[i]);
+        if (!path || rename(temps[i], path) != 0)
+            rc = ac_err_set(err, "%s: cannot finish the save cut short at step %ld: %s", dir,
+                            newest, path ? strerror(errno) : "out of memory");
+        else
+            (*completed)++;
+        free(path);
+    }
+    for (int i = 0; i < N; i++)
+        free(temps[i]);
+    if (rc == 0 && ac_fsync_dir(dir, err) != 0)
+        rc = -1;
+    return rc;
+}
+
 int ac_model_dir_load_resume(const char *dir, const ac_model *m, float *m1, float *m2,
                              ac_trainer_state *state, ac_err *err)
 {
@@ -339,7 +451,14 @@ int ac_model_dir_save(const char *dir, const ac_config *cfg, const ac_vocab *v, 
         ac_err_set(err, "%s: out of memory", paths[F_STATE]);
         goto done;
     }
-    static const char *const META[] = {"format", "pt", "producer", ("attnctl " AC_VERSION)};
+    /* A checkpoint's weights and moments record their step, as
+     * trainer_state.json does: a resume can tell a save cut short between
+     * its renames (ac_checkpoint_recover). */
+    char step_text[32];
+    snprintf(step_text, sizeof step_text, "%ld", with_resume ? state->step : 0L);
+    const char *const META[] = {"format", "pt", "producer", ("attnctl " AC_VERSION), "step",
+                                step_text};
+    const int n_meta = with_resume ? 3 : 2;
     for (int i = 0; i < N_FILES; i++) {
         if ((i == F_STATE || i == F_OPTIM) && !with_resume)
             continue;
@@ -361,7 +480,7 @@ int ac_model_dir_save(const char *dir, const ac_config *cfg, const ac_vocab *v, 
             wrc = make_entries(m, m1, "m1.", entries, names) != 0 ||
                           make_entries(m, m2, "m2.", entries + m->n_tensors, names + m->n_tensors) != 0
                       ? ac_err_set(err, "%s: out of memory", paths[i])
-                      : ac_st_write(&files[i], entries, 2 * m->n_tensors, META, 2, err);
+                      : ac_st_write(&files[i], entries, 2 * m->n_tensors, META, n_meta, err);
             break;
         default: /* F_MODEL */
             for (int k = 0; k < 2 * m->n_tensors; k++) {
@@ -370,7 +489,7 @@ int ac_model_dir_save(const char *dir, const ac_config *cfg, const ac_vocab *v, 
             }
             wrc = make_entries(m, m->params, "", entries, names) != 0
                       ? ac_err_set(err, "%s: out of memory", paths[i])
-                      : ac_st_write(&files[i], entries, m->n_tensors, META, 2, err);
+                      : ac_st_write(&files[i], entries, m->n_tensors, META, n_meta, err);
             break;
         }
         if (wrc != 0 || ac_atomic_finish(&files[i], err) != 0)

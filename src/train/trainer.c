@@ -688,7 +688,9 @@ static int setup_resume(trainer *t, ac_err *err)
     if (missing)
         return ac_err_set(err, "%s holds no resumable checkpoint (%s/trainer_state.json not found)",
                           o->out_dir, t->ckpt_dir);
-    /* A run killed while saving (SIGKILL, e.g. from mpirun) left temp files. */
+    /* A run killed while saving (SIGKILL, e.g. from mpirun) left temp files
+     * (a save it was cut short between its renames was finished first:
+     * recover_checkpoint). */
     if (t->writer) {
         ac_remove_stale_temps(t->ckpt_dir);
         ac_remove_stale_temps(o->out_dir);
@@ -1565,6 +1567,33 @@ static int interrupted(trainer *t, ac_train_result *res, ac_err *err)
     return 0;
 }
 
+/* Before a resume: a checkpoint save cut short between its renames (killed,
+ * e.g. by mpirun one second after Ctrl-C) is finished from its temp files by
+ * the writer (ac_checkpoint_recover), before any process reads the
+ * checkpoint. Every process calls it first thing, so that the agreement
+ * below meets no other collective. */
+static int recover_checkpoint(trainer *t, ac_err *err)
+{
+    int failed = 0;
+    if (t->writer) {
+        char *dir = trainer_path_join(t->opt->out_dir, AC_CHECKPOINT_SUBDIR, err);
+        int completed;
+        failed = !dir || ac_checkpoint_recover(dir, &completed, err) != 0;
+        if (dir && failed)
+            ac_err_prefix(err, "resume");
+        free(dir);
+    }
+    if (!t->comm)
+        return failed ? -1 : 0;
+    double any = failed;
+    ac_err local;
+    if (t->comm->sum_doubles(t->comm, &any, 1, failed ? &local : err))
+        return -1;
+    if (any > 0 && !failed)
+        return ac_err_set(err, "another process failed to start training (its message is above)");
+    return failed ? -1 : 0;
+}
+
 static int run(trainer *t, ac_train_result *res, ac_err *err)
 {
     const ac_train_options *o = t->opt;
@@ -1649,7 +1678,9 @@ int ac_train(const ac_train_options *opt, ac_train_result *result, ac_err *err)
     t.ckpt_step = -1;
     t.comm = opt->comm && opt->comm->size > 1 ? opt->comm : NULL;
     t.writer = !opt->comm || opt->comm->rank == 0;
-    int rc = setup(&t, err);
+    int rc = opt->resume && opt->out_dir ? recover_checkpoint(&t, err) : 0;
+    if (rc == 0)
+        rc = setup(&t, err);
     if (t.comm && agree_on_setup(&t, rc != 0, err))
         rc = -1;
     if (rc == 0) {
