@@ -184,6 +184,16 @@ void ac_model_dir_free(ac_model_dir *md);
 int ac_model_dir_save(const char *dir, const ac_config *cfg, const ac_vocab *v, const ac_model *m,
                       const float *m1, const float *m2, const ac_trainer_state *state,
                       ac_err *err);
+/* The same, for a save under a deadline (a stop that mpirun follows with
+ * SIGKILL within a second): every file written, all renamed, and only then
+ * synced. A process killed after the renames loses nothing (the bytes are in
+ * the page cache; killed between them, ac_checkpoint_recover finishes the
+ * save), and ext4 (auto_da_alloc) writes a renamed-over file's data before
+ * the rename reaches its journal. Measured on the default preset's 226 MB
+ * checkpoint: 0.26 s with the syncs first, of which 0.15 s syncing. */
+int ac_model_dir_save_sync_last(const char *dir, const ac_config *cfg, const ac_vocab *v,
+                                const ac_model *m, const float *m1, const float *m2,
+                                const ac_trainer_state *state, ac_err *err);
 /* Loads optimizer.safetensors (moments, names "m1.<param>" / "m2.<param>") and trainer_state.json. */
 /* A checkpoint directory whose save was cut short between its renames (a
  * SIGKILL, e.g. mpirun's one second after Ctrl-C) holds trainer_state.json,

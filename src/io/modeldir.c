@@ -402,9 +402,27 @@ enum { F_CONFIG, F_VOCAB, F_STATE, F_OPTIM, F_MODEL, N_FILES };
 static const char *const FILE_NAMES[N_FILES] = {CONFIG_FILE, VOCAB_FILE, STATE_FILE, OPTIM_FILE,
                                                 MODEL_FILE};
 
+static int model_dir_save(const char *dir, const ac_config *cfg, const ac_vocab *v,
+                          const ac_model *m, const float *m1, const float *m2,
+                          const ac_trainer_state *state, int sync_last, ac_err *err);
+
 int ac_model_dir_save(const char *dir, const ac_config *cfg, const ac_vocab *v, const ac_model *m,
                       const float *m1, const float *m2, const ac_trainer_state *state,
                       ac_err *err)
+{
+    return model_dir_save(dir, cfg, v, m, m1, m2, state, 0, err);
+}
+
+int ac_model_dir_save_sync_last(const char *dir, const ac_config *cfg, const ac_vocab *v,
+                                const ac_model *m, const float *m1, const float *m2,
+                                const ac_trainer_state *state, ac_err *err)
+{
+    return model_dir_save(dir, cfg, v, m, m1, m2, state, 1, err);
+}
+
+static int model_dir_save(const char *dir, const ac_config *cfg, const ac_vocab *v,
+                          const ac_model *m, const float *m1, const float *m2,
+                          const ac_trainer_state *state, int sync_last, ac_err *err)
 {
     int with_resume = m1 || m2 || state;
     if (with_resume && !(m1 && m2 && state))
@@ -492,7 +510,7 @@ int ac_model_dir_save(const char *dir, const ac_config *cfg, const ac_vocab *v, 
                       : ac_st_write(&files[i], entries, m->n_tensors, META, n_meta, err);
             break;
         }
-        if (wrc != 0 || ac_atomic_finish(&files[i], err) != 0)
+        if (wrc != 0 || (!sync_last && ac_atomic_finish(&files[i], err) != 0))
             goto done;
     }
 
@@ -508,6 +526,10 @@ int ac_model_dir_save(const char *dir, const ac_config *cfg, const ac_vocab *v, 
         }
         published++;
     }
+    /* sync_last: synced once in place (ac_model_dir_save_sync_last). */
+    for (int i = 0; sync_last && i < N_FILES; i++)
+        if (begun[i] && ac_atomic_finish(&files[i], err) != 0)
+            goto done;
     /* Without resume state, resume files of an earlier save would no longer match the weights. */
     if (!with_resume)
         for (int i = F_STATE; i <= F_OPTIM; i++)
