@@ -469,7 +469,9 @@ static int load_ema(trainer *t, ac_err *err)
     return rc;
 }
 
-static int save_checkpoint(trainer *t, ac_err *err)
+/* stopping: the run stops after it, under a deadline (see
+ * ac_model_dir_save_sync_last). */
+static int save_checkpoint_as(trainer *t, int stopping, ac_err *err)
 {
     if (!t->writer) {
         t->ckpt_step = t->state.step;
@@ -479,13 +481,21 @@ static int save_checkpoint(trainer *t, ac_err *err)
         return ac_err_prefix(err, "saving the averaged weights");
     t->cfg.provenance.best_val_accuracy = t->n_val > 0 ? t->state.best_metric : -1.0;
     set_date(&t->cfg.provenance);
-    if (ac_model_dir_save(t->ckpt_dir, &t->cfg, &t->vocab, &t->model, t->m1, t->m2, &t->state,
-                          err))
+    int rc = stopping ? ac_model_dir_save_sync_last(t->ckpt_dir, &t->cfg, &t->vocab, &t->model,
+                                                    t->m1, t->m2, &t->state, err)
+                      : ac_model_dir_save(t->ckpt_dir, &t->cfg, &t->vocab, &t->model, t->m1,
+                                          t->m2, &t->state, err);
+    if (rc)
         return ac_err_prefix(err, "saving the checkpoint to %s", t->ckpt_dir);
     t->ckpt_step = t->state.step;
     if (t->have_ema)
         remove_other_ema(t);
     return 0;
+}
+
+static int save_checkpoint(trainer *t, ac_err *err)
+{
+    return save_checkpoint_as(t, 0, err);
 }
 
 /* ------------------------------------------------------------------ setup */
@@ -1135,7 +1145,7 @@ static int forward_backward(trainer *t, const ac_batch *b, uint64_t dropout_key,
  * step_slots[j] receives micro-batch j's loss (0 for other ranks' ones).
  * Returns -1 with err set on a failure here; *failed_here says whose. */
 static int micro_batch_gradient(trainer *t, int64_t batch, int rows, int n_micro,
-                                int *failed_here, ac_err *err)
+                                int *failed_here, int *abandoned_here, ac_err *err)
 {
     ac_model *m = &t->model;
     ac_batch *b = &t->batch;
@@ -1162,6 +1172,10 @@ static int micro_batch_gradient(trainer *t, int64_t batch, int rows, int n_micro
     int64_t mine_first, mine_end;
     trainer_rank_share(t, n_micro, &mine_first, &mine_end);
     for (int64_t j = mine_first; j < mine_end; j++) {
+        if (trainer_stop_requested(t)) { /* the step is dropped (train_step) */
+            *abandoned_here = 1;
+            return 0;
+        }
         int first = (int)j * mb, n = rows - first < mb ? rows - first : mb;
         ac_batch_fill_rows(b, &t->train_corpus, &t->plan, batch, first, n);
         /* Micro-batch 0 keeps the step's key: a step of one micro-batch is
@@ -1219,6 +1233,9 @@ static double micro_weight(const trainer *t, int j, int rows, int n_micro)
     return (double)n / (double)rows;
 }
 
+/* What train_step returns when a stop came before the step's update. */
+#define TRAIN_STEP_DROPPED 1
+
 /* One optimizer step on batch state.batch_in_epoch of the current plan. Allocates nothing.
  * A batch of one micro-batch is computed whole (by every rank: nothing to
  * share); a larger one in micro-batches summed exactly. */
@@ -1232,8 +1249,10 @@ static int train_step(trainer *t, session_stats *s, ac_err *err)
     const int n_micro = (rows + t->micro_batch - 1) / t->micro_batch;
     memset(t->step_slots, 0, ((size_t)n_micro + 3) * sizeof *t->step_slots);
     ac_model_zero_grad(m);
-    int failed_here = 0, rc = 0;
-    if (n_micro <= 1) {
+    int failed_here = 0, abandoned_here = 0, rc = 0;
+    if (n_micro <= 1 && trainer_stop_requested(t)) {
+        abandoned_here = 1;
+    } else if (n_micro <= 1) {
         ac_batch_fill(b, &t->train_corpus, &t->plan, batch);
         float loss;
         rc = forward_backward(t, b, step_dropout_key(t), 0, 0, &loss, err);
@@ -1241,7 +1260,7 @@ static int train_step(trainer *t, session_stats *s, ac_err *err)
         if (!t->comm || t->comm->rank == 0)
             t->step_slots[0] = loss;
     } else {
-        rc = micro_batch_gradient(t, batch, rows, n_micro, &failed_here, err);
+        rc = micro_batch_gradient(t, batch, rows, n_micro, &failed_here, &abandoned_here, err);
     }
     if (t->comm) {
         /* Every rank learns the losses, whether one failed and whether one
@@ -1258,6 +1277,13 @@ static int train_step(trainer *t, session_stats *s, ac_err *err)
     }
     if (rc)
         return -1;
+    /* Asked to stop before the step's update: the step is dropped, nothing
+     * of the run's state has changed yet (parameters, moments, averages and
+     * counters change below), so the run stops at the step before, at once.
+     * Under mpirun every process drops it (a stop is agreed above): after
+     * passing on Ctrl-C as SIGTERM, mpirun kills one second later. */
+    if (t->comm ? t->stop_agreed : abandoned_here)
+        return TRAIN_STEP_DROPPED;
     if (n_micro > 1) {
         ac_gradsum *g = &t->gradsum;
         if (t->comm && merge_touched_rows(g, t->comm, err))
@@ -1561,7 +1587,7 @@ static int agree_on_setup(trainer *t, int failed_here, ac_err *err)
 /* Stops at this step: a checkpoint unless the one on disk is of it. */
 static int interrupted(trainer *t, ac_train_result *res, ac_err *err)
 {
-    if (t->ckpt_step != t->state.step && save_checkpoint(t, err))
+    if (t->ckpt_step != t->state.step && save_checkpoint_as(t, 1, err))
         return -1;
     res->status = AC_TRAIN_INTERRUPTED;
     return 0;
@@ -1639,8 +1665,11 @@ static int run(trainer *t, ac_train_result *res, ac_err *err)
 
         int epoch_before = t->state.epoch;
         res->step = t->state.step;
-        if (train_step(t, &s, err))
+        int step_rc = train_step(t, &s, err);
+        if (step_rc < 0)
             return -1;
+        if (step_rc == TRAIN_STEP_DROPPED)
+            return interrupted(t, res, err);
         res->step = t->state.step;
         if (o->after_step)
             o->after_step(&t->model, t->state.step, o->after_step_user);
