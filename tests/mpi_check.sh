@@ -133,4 +133,85 @@ else
     same "stopped by SIGUSR1 on 2 processes, resumed on 1 == uninterrupted" \
         "$work/usr1_ref/checkpoint/model.safetensors" "$work/usr1/checkpoint/model.safetensors"
 fi
+# SIGINT to mpirun (Ctrl-C): Open MPI 4.1's mpirun passes it on as SIGTERM and
+# sends SIGKILL one second later (or as soon as a process exits); the
+# processes drop the step in progress, rank 0 saves (synced after the
+# renames), all meet and leave: "interrupted at step N", that checkpoint, no
+# temp files, and the resumed run equals an uninterrupted one. mpirun itself
+# exits 1 whatever the processes return (it records 1 when it starts killing).
+mpirun -np 2 --oversubscribe --bind-to none "$bin" train "$data" --out "$work/int" $long \
+    >"$work/out" 2>&1 &
+job=$!
+(sleep 120; kill -9 $job 2>/dev/null) &
+watchdog=$!
+waited=0
+while [ ! -f "$work/int/checkpoint/model.safetensors" ] && [ $waited -lt 600 ]; do
+    sleep 0.1; waited=$((waited + 1))
+done
+sleep 0.3
+kill -INT $job 2>/dev/null
+wait $job; status=$?
+kill $watchdog 2>/dev/null
+at=$(sed -n 's/.*"step": *\([0-9]*\).*/\1/p' "$work/int/checkpoint/trainer_state.json" | head -n 1)
+temps=$(find "$work/int" -name '*.tmp.*' | wc -l)
+if [ $status -eq 0 ] || ! grep -q "interrupted at step $at;" "$work/out" || [ "$temps" -ne 0 ]; then
+    echo "[mpi] FAIL: SIGINT to mpirun: exit $status, checkpoint step ${at:-none}, $temps temp files:"
+    sed 's/^/    /' "$work/out" | grep -v "^ *step" | tail -n 8; failed=1
+else
+    echo "[mpi] ok: SIGINT to mpirun stops every process at step $at, saved (mpirun exit $status)"
+    run "resumed after SIGINT" "$bin" train --resume "$work/int" --max-steps $((at + 8)) --threads 1
+    run "uninterrupted to the same step" "$bin" train "$data" --out "$work/int_ref" $long \
+        --max-steps $((at + 8))
+    same "stopped by SIGINT to mpirun, resumed on 1 == uninterrupted" \
+        "$work/int_ref/checkpoint/model.safetensors" "$work/int/checkpoint/model.safetensors"
+fi
+
+# The same with the default preset's real checkpoint (226 MB with the AdamW
+# moments) on IMDB, where the second between SIGTERM and SIGKILL matters:
+# measured 0.3-0.7 s from SIGTERM to the end. A machine busy with other work
+# can make a process miss it (then the previous checkpoint resumes); a second
+# attempt keeps that from failing the suite.
+imdb=${IMDB_TRAIN:-$(dirname "$0")/../../shared/data/imdb/train.csv.gz}
+if [ ! -f "$imdb" ]; then
+    echo "[mpi] SKIP: SIGINT to mpirun with the default preset ($imdb not found)"
+else
+    preset=$(dirname "$0")/../models/default.json
+    ok=0
+    for attempt in 1 2; do
+        rm -rf "$work/imdb"
+        mpirun -np 2 --oversubscribe --bind-to none "$bin" train "$imdb" --config "$preset" \
+            --out "$work/imdb" --eval-every 20 --quiet >"$work/out" 2>&1 &
+        job=$!
+        (sleep 300; kill -9 $job 2>/dev/null) &
+        watchdog=$!
+        waited=0
+        while [ ! -f "$work/imdb/checkpoint/model.safetensors" ] && [ $waited -lt 2400 ]; do
+            sleep 0.1; waited=$((waited + 1))
+        done
+        sleep 1
+        t0=$(date +%s%N)
+        kill -INT $job 2>/dev/null
+        wait $job; status=$?
+        ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+        kill $watchdog 2>/dev/null
+        at=$(sed -n 's/.*"step": *\([0-9]*\).*/\1/p' "$work/imdb/checkpoint/trainer_state.json" |
+             head -n 1)
+        temps=$(find "$work/imdb" -name '*.tmp.*' | wc -l)
+        if [ $status -ne 0 ] && grep -q "interrupted at step $at;" "$work/out" &&
+           [ "$temps" -eq 0 ]; then
+            ok=1; break
+        fi
+        echo "[mpi] note: default preset, attempt $attempt: no clean stop within mpirun's second" \
+             "(exit $status after $ms ms, checkpoint step ${at:-none}, $temps temp files)"
+    done
+    if [ $ok -eq 1 ]; then
+        echo "[mpi] ok: SIGINT to mpirun, default preset on IMDB: saved at step $at, mpirun gone" \
+             "$ms ms after the signal"
+        run "default preset: resumed after SIGINT" "$bin" train --resume "$work/imdb" \
+            --max-steps $((at + 2)) --quiet
+    else
+        echo "[mpi] FAIL: SIGINT to mpirun, default preset on IMDB: no clean stop in 2 attempts"
+        sed 's/^/    /' "$work/out" | tail -n 8; failed=1
+    fi
+fi
 exit $failed
