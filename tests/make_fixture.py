@@ -70,6 +70,9 @@ POSITIONS = ("sinusoidal", "learned", "none")
 NGRAM_MULTIPLIER = 116049371
 # config.json's model.ngram_hash: the hashing above, as attnctl names it (AC_NGRAM_HASH).
 NGRAM_HASH = "h=h*116049371+id (uint64, ids before the text are 0), bucket=h mod ngram_buckets"
+# config.json's model.wide_hash (AC_WIDE_HASH).
+WIDE_HASH = ("h=n, h=h*116049371+id+1 per id (uint64), fmix64 (MurmurHash3), "
+             "distinct h mod wide_buckets")
 
 
 def sinusoid_table(max_len, d):
@@ -104,6 +107,29 @@ def ngram_buckets_of(ids, lengths, order, n_buckets):
                 end = t + order - 1  # index of position t in the left-padded row
                 out[b, t, n - 2] = ngram_bucket(row[end - n + 1:end + 1], n_buckets)
     return out
+
+
+def wide_bucket(gram, n_buckets):
+    """The wide path's bucket of one n-gram: h = n, h = h * 116049371 + id + 1
+    per id (uint64), then MurmurHash3's 64-bit finaliser, mod n_buckets."""
+    mask = (1 << 64) - 1
+    h = len(gram)
+    for i in gram:
+        h = (h * NGRAM_MULTIPLIER + int(i) + 1) & mask
+    h ^= h >> 33
+    h = (h * 0xff51afd7ed558ccd) & mask
+    h ^= h >> 33
+    return h % n_buckets
+
+
+def wide_sets_of(ids, lengths, order, n_buckets):
+    """Per item, the set of buckets of its n-grams (n = 1..order) inside the text."""
+    sets = []
+    for b in range(ids.shape[0]):
+        row = [int(i) for i in ids[b, :int(lengths[b])]]
+        sets.append(sorted({wide_bucket(row[t:t + n], n_buckets)
+                            for n in range(1, order + 1) for t in range(len(row) - n + 1)}))
+    return sets
 
 
 class Table(nn.Module):
@@ -196,15 +222,33 @@ class EncoderLayer(nn.Module):
 
 class Classifier(nn.Module):
     def __init__(self, V, d, heads, ff, n_layers, C, pooling, max_len, eps=LN_EPS,
-                 positions="sinusoidal", ngram_order=1, ngram_buckets=0):
+                 positions="sinusoidal", ngram_order=1, ngram_buckets=0, wide_order=0,
+                 wide_buckets=0):
         super().__init__()
         assert pooling in ("max", "mean", "cls"), pooling
         self.pooling = pooling
         self.embed = Embed(V, d, max_len, eps, positions, ngram_order, ngram_buckets)
         self.layers = nn.ModuleList([EncoderLayer(d, heads, ff, eps) for _ in range(n_layers)])
         self.head = nn.Linear(d, C)
+        self.wide_order = wide_order if wide_order >= 1 and wide_buckets > 0 else 0
+        self.wide_buckets = wide_buckets
+        if self.wide_order:
+            self.head.wide = Table(wide_buckets, C)
+
+    def wide_logits(self, ids, lengths):
+        """The wide path: sum over each item's distinct n-gram buckets of
+        head.wide.weight[bucket] ([B, C])."""
+        sets = wide_sets_of(ids, lengths, self.wide_order, self.wide_buckets)
+        return torch.stack([self.head.wide.weight[torch.tensor(s, dtype=torch.long)].sum(dim=0)
+                            for s in sets])
 
     def forward(self, ids, lengths):
+        deep = self.encoder_logits(ids, lengths)
+        if self.wide_order:
+            return deep + self.wide_logits(ids, lengths)
+        return deep
+
+    def encoder_logits(self, ids, lengths):
         B, T = ids.shape
         pad = torch.arange(T)[None, :] >= lengths[:, None]  # [B, T] True on pads
         x = self.embed(ids, lengths)
@@ -251,7 +295,7 @@ def has_ngrams(ngram_order, ngram_buckets):
 
 
 def param_names(n_layers, positions="sinusoidal", ngram_order=1, ngram_buckets=0,
-                objective="classification"):
+                objective="classification", wide_order=0, wide_buckets=0):
     """The parameter order the C model's table uses (state_dict names): the
     learned position table right after embed.weight, the head (head.* or, for
     a masked LM, mlm.bias) after the layers, the n-gram table last."""
@@ -265,6 +309,8 @@ def param_names(n_layers, positions="sinusoidal", ngram_order=1, ngram_buckets=0
                   "ffn.fc2.weight", "ffn.fc2.bias", "ln2.weight", "ln2.bias"):
             names.append(f"layers.{i}.{s}")
     names += ["mlm.bias"] if objective == "masked_lm" else ["head.weight", "head.bias"]
+    if objective != "masked_lm" and wide_order >= 1 and wide_buckets > 0:
+        names.append("head.wide.weight")
     if has_ngrams(ngram_order, ngram_buckets):
         names.append("embed.ngram.weight")
     return names
@@ -349,13 +395,15 @@ def gradients_and_steps(params, names, loss_of):
 
 def make_fixture(path, seed, n_layers, d, heads, ff, V, C, pooling, max_len, lengths,
                  positions="sinusoidal", ngram_order=1, ngram_buckets=0, label_smoothing=0.0,
-                 id_rows=None):
+                 id_rows=None, wide_order=0, wide_buckets=0):
     """id_rows: the token ids of each item (drawn at random when None)."""
     g = torch.Generator().manual_seed(seed)
     B, T = len(lengths), max(lengths)
     model = Classifier(V, d, heads, ff, n_layers, C, pooling, max_len, positions=positions,
-                       ngram_order=ngram_order, ngram_buckets=ngram_buckets).double()
-    names = param_names(n_layers, positions, ngram_order, ngram_buckets)
+                       ngram_order=ngram_order, ngram_buckets=ngram_buckets,
+                       wide_order=wide_order, wide_buckets=wide_buckets).double()
+    names = param_names(n_layers, positions, ngram_order, ngram_buckets,
+                        wide_order=wide_order, wide_buckets=wide_buckets)
     params = dict(model.named_parameters())
     assert sorted(params) == sorted(names), (sorted(params), sorted(names))
 
@@ -398,6 +446,9 @@ def make_fixture(path, seed, n_layers, d, heads, ff, V, C, pooling, max_len, len
                      "ngram_buckets": ngram_buckets, "label_smoothing": label_smoothing})
         if has_ngrams(ngram_order, ngram_buckets):
             meta["ngram_hash"] = NGRAM_HASH
+    if wide_order:
+        meta.update({"wide_order": wide_order, "wide_buckets": wide_buckets,
+                     "wide_hash": WIDE_HASH})
     write_safetensors(path, tensors, meta)
     print(f"{path}: loss {loss.item():.6f}, losses_5 {[round(x, 6) for x in losses]}")
     if has_ngrams(ngram_order, ngram_buckets):
@@ -498,6 +549,8 @@ def model_dir_logits(model_dir, id_lists):
     positions = mc.get("positions", "sinusoidal")
     ngram_order = mc.get("ngram_order", 1)
     ngram_buckets = mc.get("ngram_buckets", 0)
+    wide_order = mc.get("wide_order", 0)
+    wide_buckets = mc.get("wide_buckets", 0)
     temperature = mc.get("temperature", 1.0)
     if positions not in POSITIONS:
         raise SystemExit(f"{model_dir}/config.json: model.positions {positions!r}: "
@@ -505,15 +558,20 @@ def model_dir_logits(model_dir, id_lists):
     if has_ngrams(ngram_order, ngram_buckets) and mc.get("ngram_hash", NGRAM_HASH) != NGRAM_HASH:
         raise SystemExit(f"{model_dir}/config.json: model.ngram_hash {mc['ngram_hash']!r}: "
                          f"this script knows only {NGRAM_HASH!r}")
+    if wide_order and mc.get("wide_hash", WIDE_HASH) != WIDE_HASH:
+        raise SystemExit(f"{model_dir}/config.json: model.wide_hash {mc['wide_hash']!r}: "
+                         f"this script knows only {WIDE_HASH!r}")
     if not 0 < temperature <= 1000:
         raise SystemExit(f"{model_dir}/config.json: model.temperature {temperature}: "
                          "expected a number in (0, 1000]")
     model = Classifier(mc["vocab_size"], mc["d_model"], mc["n_heads"], mc["d_ff"], mc["n_layers"],
                        mc["n_classes"], mc["pooling"], mc["max_len"], eps=mc["ln_eps"],
                        positions=positions, ngram_order=ngram_order,
-                       ngram_buckets=ngram_buckets).double()
+                       ngram_buckets=ngram_buckets, wide_order=wide_order,
+                       wide_buckets=wide_buckets).double()
     weights = read_safetensors(os.path.join(model_dir, "model.safetensors"))
-    expected = set(param_names(mc["n_layers"], positions, ngram_order, ngram_buckets))
+    expected = set(param_names(mc["n_layers"], positions, ngram_order, ngram_buckets,
+                               wide_order=wide_order, wide_buckets=wide_buckets))
     if set(weights) != expected:
         raise SystemExit(f"{model_dir}/model.safetensors: tensors differ from the model: "
                          f"missing {sorted(expected - set(weights))}, "
@@ -673,6 +731,17 @@ def write_fixtures(out):
                           [14],
                           [2, 13, 13, 13, 6, 5, 7, 1],
                           [18, 17, 16, 19]])
+    # The wide path: uni+bi+trigrams in 7 buckets (n-grams share rows, items
+    # share n-grams, and item 0 repeats phrases, which count once), on top of
+    # bigram embeddings and learned positions, label smoothing 0.1.
+    make_fixture(os.path.join(out, "ref_l1_d16_wide.safetensors"), seed=4567, n_layers=1, d=16,
+                 heads=2, ff=32, V=20, C=2, pooling="mean", max_len=12,
+                 lengths=[10, 6, 1, 8], positions="learned", ngram_order=2, ngram_buckets=11,
+                 wide_order=3, wide_buckets=7, label_smoothing=0.1,
+                 id_rows=[[2, 5, 7, 9, 5, 7, 9, 5, 7, 3],
+                          [2, 7, 9, 5, 11, 4],
+                          [14],
+                          [2, 13, 13, 13, 6, 5, 7, 1]])
     # The pretraining model: vocabulary <pad> 0, <unk> 1, <mask> 2, words
     # 3..22; learned positions and bigrams in 11 buckets (the bigram of a
     # masked position hashes <mask>, as attnctl's does); inputs corrupted as

@@ -16,6 +16,16 @@
 
 /* ------------------------------------------------------------------ helpers */
 
+static ac_model_config config(ac_pooling pooling, ac_positions positions, int ngram_order);
+
+/* With a wide path of uni+bigrams in a small table (buckets shared). */
+static ac_model_config with_wide(ac_model_config c)
+{
+    c.wide_order = 2;
+    c.wide_buckets = 23;
+    return c;
+}
+
 static ac_model_config config(ac_pooling pooling, ac_positions positions, int ngram_order)
 {
     ac_model_config c = {.vocab_size = 30, .max_len = 16, .d_model = 16, .n_heads = 2,
@@ -129,17 +139,19 @@ START_TEST(test_ig_completeness)
     static const struct {
         ac_pooling pooling;
         ac_positions positions;
-        int ngram_order;
+        int ngram_order, wide;
     } kinds[] = {
-        {AC_POOL_MAX, AC_POS_SINUSOIDAL, 1},  {AC_POOL_MEAN, AC_POS_LEARNED, 2},
-        {AC_POOL_CLS, AC_POS_SINUSOIDAL, 3},  {AC_POOL_MEAN, AC_POS_NONE, 3},
-        {AC_POOL_MAX, AC_POS_LEARNED, 2},
+        {AC_POOL_MAX, AC_POS_SINUSOIDAL, 1, 0},  {AC_POOL_MEAN, AC_POS_LEARNED, 2, 0},
+        {AC_POOL_CLS, AC_POS_SINUSOIDAL, 3, 0},  {AC_POOL_MEAN, AC_POS_NONE, 3, 0},
+        {AC_POOL_MAX, AC_POS_LEARNED, 2, 0},     {AC_POOL_MEAN, AC_POS_LEARNED, 2, 1},
     };
     static const int lengths[] = {1, 5, 11, 16};
     int refined = 0, runs = 0, first_try = 0, small_change = 0;
     double worst = 0.0;
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
         ac_model_config cfg = config(kinds[k].pooling, kinds[k].positions, kinds[k].ngram_order);
+        if (kinds[k].wide)
+            cfg = with_wide(cfg);
         ac_model m;
         make_model(&m, &cfg, 100 + k, 0.3f);
         ac_attribution a;
@@ -191,6 +203,26 @@ START_TEST(test_ig_completeness)
             for (int c = 0; c < cfg.n_classes; c++)
                 ck_assert_msg(fabs(want[c] - a.baseline_logits[c]) <= 1e-5 * (1.0 + fabs(want[c])),
                               "baseline logit %d: %g vs %g", c, want[c], a.baseline_logits[c]);
+            /* The wide path's part is exact: the logit change it makes
+             * (forward with and without its table) is what its shares add up to. */
+            if (m.p.wide_w) {
+                size_t nw = (size_t)cfg.wide_buckets * cfg.n_classes;
+                float *saved = malloc(nw * sizeof *saved);
+                ck_assert_ptr_nonnull(saved);
+                memcpy(saved, m.p.wide_w, nw * sizeof *saved);
+                memset(m.p.wide_w, 0, nw * sizeof *saved);
+                ck_assert(isfinite(ac_model_forward(&m, ids, &len, NULL, 1, n, 0, 0)));
+                memcpy(m.p.wide_w, saved, nw * sizeof *saved);
+                free(saved);
+                for (int c = 0; c < cfg.n_classes; c++) {
+                    double part = 0.0;
+                    for (int t = 0; t < n; t++)
+                        part += a.wide_scores[(size_t)c * n + t];
+                    double want_part = a.logits[c] - m.act.logits[c];
+                    ck_assert_msg(fabs(part - want_part) <= 1e-5 * (1.0 + fabs(want_part)),
+                                  "wide part of logit %d: %g vs %g", c, part, want_part);
+                }
+            }
             /* With cls pooling [CLS] is not attributed anything. */
             if (cfg.pooling == AC_POOL_CLS)
                 for (int c = 0; c < cfg.n_classes; c++)

@@ -133,6 +133,13 @@ static void fixture_load(fixture *fx, const char *file)
     if ((v = meta_find(st, "ngram_hash")) != NULL)
         ck_assert_msg(strcmp(v, AC_NGRAM_HASH) == 0,
                       "%s: n-gram hash \"%s\", the model's is \"%s\"", file, v, AC_NGRAM_HASH);
+    if ((v = meta_find(st, "wide_order")) != NULL)
+        cfg.wide_order = atoi(v);
+    if ((v = meta_find(st, "wide_buckets")) != NULL)
+        cfg.wide_buckets = atoi(v);
+    if ((v = meta_find(st, "wide_hash")) != NULL)
+        ck_assert_msg(strcmp(v, AC_WIDE_HASH) == 0, "%s: wide hash \"%s\", the model's is \"%s\"",
+                      file, v, AC_WIDE_HASH);
     float smoothing = 0.0f;
     if ((v = meta_find(st, "label_smoothing")) != NULL)
         smoothing = (float)atof(v);
@@ -357,6 +364,8 @@ static void check_fixture(const char *file)
         printf("; positions %s, ngram_order %d, %d buckets (%d touched), label smoothing %g",
                ac_positions_name(m->cfg.positions), m->cfg.ngram_order, m->cfg.ngram_buckets,
                m->n_ngram_rows, (double)m->label_smoothing);
+    if (m->p.wide_w)
+        printf("; wide path n <= %d in %d buckets", m->cfg.wide_order, m->cfg.wide_buckets);
     if (masked_lm)
         printf("; masked LM, %d predicted positions, probabilities max|diff| %.3g", fx.M,
                prob_diff);
@@ -414,6 +423,39 @@ END_TEST
 START_TEST(test_fixture_l1_d16_ngram)
 {
     check_fixture("ref_l1_d16_ngram.safetensors");
+}
+END_TEST
+
+/* The wide path (uni+bi+trigrams in 7 buckets, repeated phrases) over bigram
+ * embeddings and learned positions, label smoothing 0.1. */
+START_TEST(test_fixture_l1_d16_wide)
+{
+    check_fixture("ref_l1_d16_wide.safetensors");
+}
+END_TEST
+
+/* The wide fixture tests its path: with the wide table zeroed the logits
+ * move, and so does the loss. */
+START_TEST(test_wide_fixture_features_matter)
+{
+    fixture fx;
+    fixture_load(&fx, "ref_l1_d16_wide.safetensors");
+    ac_model *m = &fx.model;
+    ck_assert(ac_model_has_wide(&m->cfg) && m->cfg.wide_order == 3);
+    const int C = m->cfg.n_classes;
+    const float *ref = tensor_f32(&fx.st, "logits", (size_t)fx.B * C, NULL);
+    const float *ref_loss = tensor_f32(&fx.st, "loss", 1, NULL);
+    int w = ac_model_find_tensor(m, "head.wide.weight");
+    memset(m->params + m->table[w].offset, 0, m->table[w].numel * sizeof(float));
+    float loss = ac_model_forward(m, fx.ids, fx.lengths, fx.labels, fx.B, fx.T, 1, 0);
+    ck_assert_msg(fabs((double)loss - ref_loss[0]) > 10 * LOSS_TOL,
+                  "the loss without the wide path %.8f is the fixture's %.8f", (double)loss,
+                  (double)ref_loss[0]);
+    double moved = 0.0;
+    for (int i = 0; i < fx.B * C; i++)
+        moved = fmax(moved, fabs((double)m->act.logits[i] - ref[i]));
+    ck_assert_msg(moved > 0.1, "the wide table changes the logits by only %.3g", moved);
+    fixture_free(&fx);
 }
 END_TEST
 
@@ -703,6 +745,8 @@ static Suite *fixture_suite(void)
     tcase_add_test(tc, test_fixture_l1_d16_ngram);
     tcase_add_test(tc, test_fixture_masked_lm);
     tcase_add_test(tc, test_ngram_fixture_features_matter);
+    tcase_add_test(tc, test_fixture_l1_d16_wide);
+    tcase_add_test(tc, test_wide_fixture_features_matter);
     tcase_add_test(tc, test_fixture_detects_a_wrong_weight);
     tcase_add_test(tc, test_pytorch_reproduces_a_model_dir);
     suite_add_tcase(s, tc);

@@ -80,7 +80,9 @@ static void tiny_model(ac_model *m, ac_objective objective)
     ac_model_config c = {.vocab_size = 50, .max_len = T, .d_model = 16, .n_heads = 2, .d_ff = 32,
                          .n_layers = 1, .n_classes = objective ? 0 : 3, .pooling = AC_POOL_MEAN,
                          .dropout = 0.1f, .ln_eps = 1e-6f, .positions = AC_POS_LEARNED,
-                         .ngram_order = 2, .ngram_buckets = 64, .objective = objective};
+                         .ngram_order = 2, .ngram_buckets = 64, .objective = objective,
+                         /* a classifier's wide table, summed by rows like the n-grams */
+                         .wide_order = 2, .wide_buckets = 37};
     ac_err err;
     ck_assert_msg(ac_model_create(m, &c, &err) == 0, "%s", err.msg);
     ac_model_init_weights(m, 5);
@@ -140,10 +142,13 @@ static void sum_split(ac_model *m, const batch *b, const int *owner, int ranks, 
             s[0].tokens.touched[w] |= s[r].tokens.touched[w];
         for (size_t w = 0; w < s[0].ngrams.words; w++)
             s[0].ngrams.touched[w] |= s[r].ngrams.touched[w];
+        for (size_t w = 0; w < s[0].wide.words; w++)
+            s[0].wide.touched[w] |= s[r].wide.touched[w];
     }
     for (int r = 1; r < ranks; r++) {
         memcpy(s[r].tokens.touched, s[0].tokens.touched, s[0].tokens.words * 8);
         memcpy(s[r].ngrams.touched, s[0].ngrams.touched, s[0].ngrams.words * 8);
+        memcpy(s[r].wide.touched, s[0].wide.touched, s[0].wide.words * 8);
     }
     size_t n = ac_gradsum_pack(&s[0]);
     for (int r = 1; r < ranks; r++) {

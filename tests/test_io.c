@@ -859,6 +859,7 @@ START_TEST(test_config_presets)
             /* known only after reading the data, or the hashing constant; the
              * objective is the command's (train or pretrain), not the recipe's */
             if (!strcmp(key->string, "n_classes") || !strcmp(key->string, "ngram_hash") ||
+                !strcmp(key->string, "wide_hash") ||
                 !strcmp(key->string, "objective") ||
                 !strcmp(key->string, "temperature") || !strcmp(key->string, "seed"))
                 continue;
@@ -1090,6 +1091,7 @@ START_TEST(test_config_of_version_0_1_loads)
     static const char *const added[] = {
         "    \"positions\": \"learned\",\n", "    \"ngram_order\": 2,\n",
         "    \"ngram_buckets\": 262144,\n", "    \"temperature\": 1\n",
+        "    \"wide_order\": 3,\n", "    \"wide_buckets\": 1048576,\n",
         "    \"crop_frac\": 0.5,\n", "    \"crop_min\": 1,\n", "    \"crop_max\": 64,\n",
         "    \"label_smoothing\": 0,\n", "    \"token_dropout\": 0,\n", "    \"ema\": 0\n",
         "    \"objective\": \"classification\",\n", "    \"mask_frac\": 0.15,\n",
@@ -1100,10 +1102,13 @@ START_TEST(test_config_of_version_0_1_loads)
         free(text);
         text = cut;
     }
-    char *hash = strstr(text, "    \"ngram_hash\"");
-    ck_assert_ptr_nonnull(hash);
-    char *line_end = strchr(hash, '\n');
-    memmove(hash, line_end + 1, strlen(line_end + 1) + 1);
+    static const char *const hashes[] = {"    \"ngram_hash\"", "    \"wide_hash\""};
+    for (int k = 0; k < 2; k++) {
+        char *hash = strstr(text, hashes[k]);
+        ck_assert_ptr_nonnull(hash);
+        char *line_end = strchr(hash, '\n');
+        memmove(hash, line_end + 1, strlen(line_end + 1) + 1);
+    }
     /* the lines before the removed last keys keep their commas: drop them */
     char *fixed = replace_first(text, "\"ln_eps\": 1e-06,", "\"ln_eps\": 1e-06");
     free(text);
@@ -1117,6 +1122,8 @@ START_TEST(test_config_of_version_0_1_loads)
     ck_assert_int_eq(d.model.positions, AC_POS_SINUSOIDAL);
     ck_assert_int_eq(d.model.ngram_order, 1);
     ck_assert_int_eq(d.model.ngram_buckets, 0);
+    ck_assert_int_eq(d.model.wide_order, 0);
+    ck_assert_int_eq(d.model.wide_buckets, 0);
     ck_assert(d.model.temperature == 1.0f);
     ck_assert(d.training.crop_frac == 0.0);
     ck_assert(d.training.label_smoothing == 0.0f);
@@ -1307,6 +1314,7 @@ static void small_model_make(small_model *s, const char *scratch_dir, int vocab_
      * which comes last in the file */
     s->cfg.model.positions = AC_POS_SINUSOIDAL;
     s->cfg.model.ngram_buckets = 16;
+    s->cfg.model.wide_buckets = 16; /* and a tiny wide table */
     set_labels(&s->cfg, TWO_LABELS, 2);
     char vpath[300];
     join(vpath, sizeof vpath, scratch_dir, "source-vocab.txt");

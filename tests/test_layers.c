@@ -235,6 +235,85 @@ START_TEST(test_positions_and_ngram_gradient)
 END_TEST
 
 
+/* The wide path's hash is the documented one, each text's set is sorted and
+ * distinct (a repeated phrase counts once), and nothing past a length is read. */
+START_TEST(test_wide_hash_and_sets)
+{
+    const int32_t gram[2] = {7, 3};
+    uint64_t h = 2;
+    h = h * 116049371ULL + 8;
+    h = h * 116049371ULL + 4;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    ck_assert_uint_eq(wide_bucket(gram, 2, 1000003), (uint32_t)(h % 1000003ULL));
+    /* "3 1 3 1 3": unigrams {3, 1}, bigrams {(3,1), (1,3)}: 4 distinct n-grams
+     * (with a large table and this hash they land in 4 buckets). */
+    const int32_t ids[SB * ST] = {3, 1, 3, 1, 3, 5, 1, 3, 6, 0};
+    int32_t buckets[SB * ST * 2], counts[SB];
+    wide_buckets_compute(buckets, counts, ids, small_lengths, SB, ST, 2, 1 << 20);
+    ck_assert_int_eq(counts[0], 4);
+    ck_assert_int_eq(counts[1], 5); /* 5 1 3: three words, two bigrams */
+    for (int b = 0; b < SB; b++)
+        for (int i = 1; i < counts[b]; i++)
+            ck_assert(buckets[b * ST * 2 + i - 1] < buckets[b * ST * 2 + i]);
+    /* the pads of item 1 (6, 0) are not read: changing them changes nothing */
+    int32_t ids2[SB * ST];
+    memcpy(ids2, ids, sizeof ids);
+    ids2[8] = 9;
+    ids2[9] = 4;
+    int32_t buckets2[SB * ST * 2], counts2[SB];
+    wide_buckets_compute(buckets2, counts2, ids2, small_lengths, SB, ST, 2, 1 << 20);
+    ck_assert_int_eq(counts2[1], counts[1]);
+    ck_assert_mem_eq(buckets2 + ST * 2, buckets + ST * 2, (size_t)counts[1] * sizeof(int32_t));
+}
+END_TEST
+
+typedef struct {
+    const int32_t *buckets, *counts;
+    float *table, *logits;
+    const float *base, *r;
+    int order, C;
+} wide_ctx;
+
+static double wide_loss(void *p)
+{
+    wide_ctx *c = p;
+    memcpy(c->logits, c->base, (size_t)SB * c->C * sizeof(float));
+    wide_forward(c->logits, c->buckets, c->counts, c->table, SB, ST, c->order, c->C);
+    return gc_dot(c->logits, c->r, (size_t)SB * c->C);
+}
+
+START_TEST(test_wide_gradient)
+{
+    /* 7 buckets: several n-grams share a row, and both items touch some rows. */
+    enum { NB = 7, ORDER = 3, C = 3 };
+    const int32_t ids[SB * ST] = {3, 1, 3, 4, 2, 5, 1, 3, 6, 0};
+    int32_t buckets[SB * ST * ORDER], counts[SB];
+    wide_buckets_compute(buckets, counts, ids, small_lengths, SB, ST, ORDER, NB);
+    size_t n_tab = (size_t)NB * C;
+    float *table = vec(n_tab), *dtab = vec(n_tab), *logits = vec(SB * C), *base = vec(SB * C);
+    float *r = vec(SB * C);
+    fill_uniform(table, n_tab, 301, -1, 1);
+    fill_uniform(base, SB * C, 302, -1, 1);
+    fill_uniform(r, SB * C, 303, -1, 1);
+    wide_ctx c = {buckets, counts, table, logits, base, r, ORDER, C};
+    wide_loss(&c);
+    /* the forward adds each distinct bucket's row once */
+    double want = base[C + 1];
+    for (int i = 0; i < counts[1]; i++)
+        want += table[(size_t)buckets[ST * ORDER + i] * C + 1];
+    ck_assert(fabs(logits[C + 1] - want) < 1e-5);
+    wide_backward(dtab, r, buckets, counts, SB, ST, ORDER, C);
+    check_grad("wide path", "dtable", table, dtab, n_tab, wide_loss, &c);
+    float *once = copy_of(dtab, n_tab);
+    wide_backward(dtab, r, buckets, counts, SB, ST, ORDER, C);
+    check_doubled("wide dtable", dtab, once, n_tab);
+    wide_backward(NULL, r, buckets, counts, SB, ST, ORDER, C);
+    free(table); free(dtab); free(logits); free(base); free(r); free(once);
+}
+END_TEST
+
 typedef struct {
     const int32_t *ids;
     float *wte;
@@ -1437,6 +1516,8 @@ int main(void)
     tcase_add_test(tc, test_crossentropy_label_smoothing);
     tcase_add_test(tc, test_ngram_hash_by_hand);
     tcase_add_test(tc, test_positions_and_ngram_gradient);
+    tcase_add_test(tc, test_wide_hash_and_sets);
+    tcase_add_test(tc, test_wide_gradient);
     tcase_add_test(tc, test_crossentropy_gradient_c5);
     tcase_add_test(tc, test_gather_rows_gradient);
     tcase_add_test(tc, test_softmax_xent_inplace);

@@ -502,6 +502,43 @@ START_TEST(test_gradcheck_ngrams_learned_positions)
 }
 END_TEST
 
+/* The wide path (a weight per class for each distinct n-gram, added to the
+ * logits) with n-grams and learned positions: every tensor by finite
+ * differences, the wide table a head tensor, zero at init. */
+START_TEST(test_gradcheck_wide_path)
+{
+    ac_model_config cfg = with_ngrams_and_positions(small_config(AC_POOL_MEAN, 0.0f));
+    cfg.wide_order = 3;
+    cfg.wide_buckets = 7; /* n-grams share rows, and items share n-grams */
+    ac_model m;
+    enum { B = 4, T = 6 };
+    model_make(&m, &cfg, B, T);
+    int w = ac_model_find_tensor(&m, "head.wide.weight");
+    ck_assert_int_ge(w, 0);
+    ck_assert_int_eq(m.table[w].shape[0], 7);
+    ck_assert_int_eq(m.table[w].shape[1], cfg.n_classes);
+    ck_assert(m.table[w].offset + m.table[w].numel <= m.dense_params);
+    ac_model_init_weights(&m, 5);
+    for (size_t i = 0; i < m.table[w].numel; i++)
+        ck_assert(m.p.wide_w[i] == 0.0f);
+    randomize(&m, 37);
+    batch bt;
+    const int32_t lengths[B] = {6, 4, 1, 3};
+    batch_fill(&bt, B, T, lengths, cfg.vocab_size, cfg.n_classes, 13);
+    fd_summary s = whole_model_gradcheck(&m, &bt, 0, 0, "wide path + n-grams");
+    ck_assert_msg(s.kinks * 100 <= s.checked, "%zu kinks in %zu", s.kinks, s.checked);
+    /* A masked-LM model has no wide path, whatever its config says. */
+    cfg.objective = AC_OBJECTIVE_MASKED_LM;
+    cfg.n_classes = 0;
+    ac_model mlm;
+    model_make(&mlm, &cfg, B, T);
+    ck_assert_int_lt(ac_model_find_tensor(&mlm, "head.wide.weight"), 0);
+    ck_assert_ptr_null(mlm.p.wide_w);
+    ac_model_free(&mlm);
+    ac_model_free(&m);
+}
+END_TEST
+
 /* The n-gram table's gradient is row-sparse: zeroing, clipping and AdamW
  * visit the touched rows only, and give what the dense computation gives on
  * them; untouched rows keep their values (lazy AdamW). */
@@ -1713,6 +1750,7 @@ static Suite *model_suite(void)
     tcase_add_test(grad, test_gradcheck_cls_pooling);
     tcase_add_test(grad, test_gradcheck_dropout_fixed_key);
     tcase_add_test(grad, test_gradcheck_ngrams_learned_positions);
+    tcase_add_test(grad, test_gradcheck_wide_path);
     tcase_add_test(grad, test_gradcheck_masked_lm);
     tcase_add_test(grad, test_sparse_ngram_rows_match_dense);
     tcase_add_test(grad, test_eval_mode_has_no_dropout);

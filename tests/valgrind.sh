@@ -34,7 +34,8 @@ step() { # NAME EXPECTED_STATUS COMMAND... (standard input from $input)
 model="$work/model"
 input=/dev/null
 step train 0 $vg "$bin" train data/sample_train.csv --out "$model" --epochs 1 --d-model 16 --heads 2 \
-    --ff 32 --layers 1 --max-len 32 --batch-size 16 --ngram-buckets 1021 --threads 2 --quiet
+    --ff 32 --layers 1 --max-len 32 --batch-size 16 --ngram-buckets 1021 --wide-buckets 1021 \
+    --threads 2 --quiet
 step eval 0 $vg "$bin" eval --model "$model" data/sample_test.csv --json --errors 2
 printf 'A great film.\r\n\n   \nterrible \377\376 acting\n%s\nno final newline' \
     "$(head -c 3000 /dev/zero | tr '\0' 'x')" >"$work/lines.txt"
@@ -52,7 +53,7 @@ step pretrain 0 $vg "$bin" pretrain data/sample_train.csv --out "$work/mlm" --ep
     --heads 2 --ff 32 --max-len 32 --batch-size 16 --ngram-buckets 1021 --eval-every 20 --threads 2 \
     --quiet
 step finetune 0 $vg "$bin" train --init "$work/mlm" data/sample_train.csv --out "$work/finetuned" \
-    --epochs 1 --batch-size 16 --threads 2 --quiet
+    --epochs 1 --batch-size 16 --wide-buckets 1021 --threads 2 --quiet
 step inspect-pretrained 0 $vg "$bin" inspect --model "$work/mlm" --format html \
     --out "$work/pretrained.html" "What a wonderful, moving film."
 step eval-pretrained 1 $vg "$bin" eval --model "$work/mlm" data/sample_test.csv

@@ -94,6 +94,11 @@ typedef struct {
     int32_t *pad_ids; /* [max_T] <pad> ids for the baseline */
     float *alpha;     /* [rows] path points of a batch */
     double *weight;   /* [rows] their quadrature weights */
+    /* the wide path (models with one): exact, see ac_attribution_run */
+    int32_t *wide_set;      /* [max_T * wide_order] the text's distinct buckets */
+    int32_t *wide_uses;     /* [max_T * wide_order] occurrences of each */
+    double *wide_scores;    /* [C][max_T] its part of scores */
+    double *wide_logits;    /* [C] its part of logits */
 } ac_attribution;
 
 /* Prepares attributions of texts up to max_T tokens with the model m (which

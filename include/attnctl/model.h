@@ -49,6 +49,11 @@ typedef struct {
     ac_positions positions;
     int ngram_order;   /* 1 (or 0): tokens only; 2: + hashed bigrams; 3: + trigrams */
     int ngram_buckets; /* rows of the hashed n-gram table (used when ngram_order >= 2) */
+    /* The wide path (classifiers): a weight per class for each distinct hashed
+     * n-gram of n = 1..wide_order, summed into the logits (head.wide.weight,
+     * [wide_buckets, C]); 0: none. */
+    int wide_order;
+    int wide_buckets;
     /* Outside training the class probabilities are softmax(logits / temperature)
      * (fitted on validation data after training); 0 is taken as 1. */
     float temperature;
@@ -59,6 +64,13 @@ typedef struct {
 static inline int ac_model_has_ngrams(const ac_model_config *c)
 {
     return c->ngram_order >= 2 && c->ngram_buckets > 0;
+}
+
+/* wide path in use (classifiers only) */
+static inline int ac_model_has_wide(const ac_model_config *c)
+{
+    return c->objective == AC_OBJECTIVE_CLASSIFICATION && c->wide_order >= 1 &&
+           c->wide_buckets > 0;
 }
 
 /* Checks ranges; fills err naming the field. */
@@ -91,6 +103,7 @@ typedef struct {
     float *ngram_w; /* [ngram_buckets, d] when the model has n-grams */
     ac_layer_params layers[AC_MAX_LAYERS];
     float *head_w, *head_b; /* classification only (else NULL) */
+    float *wide_w;          /* [wide_buckets, C] with a wide path (else NULL) */
     float *mlm_bias;        /* [vocab_size], masked LM only (else NULL) */
 } ac_param_ptrs;
 
@@ -123,6 +136,7 @@ typedef struct {
     int32_t *pool_argmax;             /* [B,d] */
     float *pooled_drop, *pooled_mask; /* [B,d] */
     float *logits, *probs_out, *losses; /* [B,C], [B,C], [B] */
+    int32_t *wide_ids, *wide_counts;  /* [B, T*wide_order] distinct buckets per item, [B] */
     float *scaled_logits;             /* [B,C] logits / temperature (inference) */
     /* backward scratch */
     float *grad_a, *grad_b, *grad_c, *grad_ff; /* [B,T,d] x3, [B,T,ff] */

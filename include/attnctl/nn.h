@@ -48,6 +48,27 @@ void ngram_forward(float *out, const int32_t *buckets, const float *table, const
 void ngram_backward(float *dtable, const float *dout, const int32_t *buckets,
                     const int32_t *lengths, int B, int T, int d, int per_pos);
 
+/* ---- the wide path: a weight per class for each distinct hashed n-gram ----
+ * For n = 1..order, every n-gram ids[t..t+n-1] lying inside the text has the
+ * bucket
+ *   h = n; for each id in the n-gram: h = h * 116049371 + id + 1  (uint64, wrapping)
+ *   h ^= h >> 33; h *= 0xff51afd7ed558ccd; h ^= h >> 33; bucket = h mod n_buckets.
+ * A text's feature set is its distinct buckets (a repeated phrase counts
+ * once), and logits[c] += sum over that set of table[bucket, c]. */
+#define AC_WIDE_HASH "h=n, h=h*116049371+id+1 per id (uint64), fmix64 (MurmurHash3), distinct h mod wide_buckets"
+uint32_t wide_bucket(const int32_t *gram, int n, int n_buckets);
+/* The sorted distinct buckets of one text (out holds length * order), their count returned. */
+int wide_buckets_of_text(int32_t *out, const int32_t *ids, int length, int order, int n_buckets);
+/* Per item b: buckets + b*T*order gets its sorted distinct buckets, counts[b] their number. */
+void wide_buckets_compute(int32_t *buckets, int32_t *counts, const int32_t *ids,
+                          const int32_t *lengths, int B, int T, int order, int n_buckets);
+/* logits[b, c] += sum of table[bucket, c] over item b's buckets (table [n_buckets, C]). */
+void wide_forward(float *logits, const int32_t *buckets, const int32_t *counts, const float *table,
+                  int B, int T, int order, int C);
+/* dtable[bucket, c] += dlogits[b, c] for each bucket of item b, serial: deterministic. */
+void wide_backward(float *dtable, const float *dlogits, const int32_t *buckets,
+                   const int32_t *counts, int B, int T, int order, int C);
+
 /* ---- linear: out[N, out_dim] = in[N, in_dim] @ w[out_dim, in_dim]^T + bias ---- */
 void linear_forward(float *out, const float *in, const float *w, const float *bias,
                     int N, int in_dim, int out_dim);

@@ -37,7 +37,7 @@ enum {
     OPT_VAL_FILE, OPT_PATIENCE, OPT_EVAL_EVERY, OPT_SEED, OPT_THREADS, OPT_TEXT_COLUMN,
     OPT_LABEL_COLUMN, OPT_MAX_STEPS, OPT_RESUME, OPT_QUIET, OPT_HELP, OPT_POSITIONS, OPT_NGRAMS,
     OPT_NGRAM_BUCKETS, OPT_CROP, OPT_CROP_MIN, OPT_CROP_MAX, OPT_LABEL_SMOOTHING, OPT_TOKEN_DROPOUT,
-    OPT_EMA, OPT_INIT, OPT_MASK_FRAC, OPT_FORMAT, OPT_MICRO_BATCH, OPT_END
+    OPT_EMA, OPT_INIT, OPT_MASK_FRAC, OPT_FORMAT, OPT_MICRO_BATCH, OPT_WIDE, OPT_WIDE_BUCKETS, OPT_END
 };
 
 static const struct option LONG_OPTIONS[] = {
@@ -74,6 +74,8 @@ static const struct option LONG_OPTIONS[] = {
     {"positions", required_argument, NULL, OPT_POSITIONS},
     {"ngrams", required_argument, NULL, OPT_NGRAMS},
     {"ngram-buckets", required_argument, NULL, OPT_NGRAM_BUCKETS},
+    {"wide", required_argument, NULL, OPT_WIDE},
+    {"wide-buckets", required_argument, NULL, OPT_WIDE_BUCKETS},
     {"crop", required_argument, NULL, OPT_CROP},
     {"crop-min", required_argument, NULL, OPT_CROP_MIN},
     {"crop-max", required_argument, NULL, OPT_CROP_MAX},
@@ -99,7 +101,8 @@ typedef struct {
 
 /* Options of one command only. */
 static const int TRAIN_ONLY[] = {OPT_VAL_FILE, OPT_LABEL_COLUMN, OPT_CROP, OPT_CROP_MIN,
-                                 OPT_CROP_MAX, OPT_LABEL_SMOOTHING, OPT_TOKEN_DROPOUT, OPT_INIT};
+                                 OPT_CROP_MAX, OPT_LABEL_SMOOTHING, OPT_TOKEN_DROPOUT, OPT_INIT,
+                                 OPT_WIDE, OPT_WIDE_BUCKETS};
 static const int PRETRAIN_ONLY[] = {OPT_MASK_FRAC, OPT_FORMAT};
 
 /* What a resumed run may still be given: anything else would break the
@@ -185,6 +188,14 @@ void cli_print_model_options(cli_training_kind kind)
 {
     ac_config d;
     ac_config_defaults(&d);
+    char wide_help[400] = "";
+    if (kind != CLI_PRETRAIN)
+        snprintf(wide_help, sizeof wide_help,
+                 "      --wide N           the wide path: a weight per class for each distinct\n"
+                 "                         hashed word n-gram up to length N, added to the\n"
+                 "                         logits; 0: none [%d]\n"
+                 "      --wide-buckets N   rows of the wide path's hashed table [%d]\n",
+                 d.model.wide_order, d.model.wide_buckets);
     printf("Model and tokenizer:\n"
            "      --layers N         encoder layers [%d]\n"
            "      --d-model N        model width [%d]\n"
@@ -195,6 +206,7 @@ void cli_print_model_options(cli_training_kind kind)
            "      --positions NAME   learned, sinusoidal (the course's fixed table) or none [%s]\n"
            "      --ngrams N         1: words only; 2: + hashed word bigrams; 3: + trigrams [%d]\n"
            "      --ngram-buckets N  rows of the hashed n-gram table [%d]\n"
+           "%s"
            "      --max-len N        tokens per %s, longer ones are truncated [%d]\n"
            "      --truncation NAME  head, tail or head+tail: which tokens a long %s keeps [%s]\n"
            "      --vocab-size N     vocabulary size including <pad>, <unk> (and <cls>%s) [%d]\n"
@@ -207,7 +219,8 @@ void cli_print_model_options(cli_training_kind kind)
                                   "                         or mean: it does not"
                                 : "max, mean or cls",
            ac_pooling_name(d.model.pooling), ac_positions_name(d.model.positions),
-           d.model.ngram_order, d.model.ngram_buckets, kind == CLI_PRETRAIN ? "text" : "review",
+           d.model.ngram_order, d.model.ngram_buckets, wide_help,
+           kind == CLI_PRETRAIN ? "text" : "review",
            d.model.max_len, kind == CLI_PRETRAIN ? "text" : "review",
            ac_truncation_name(d.tokenizer.truncation), kind == CLI_PRETRAIN ? ", <mask>" : "",
            d.training.vocab_max, (long long)d.training.min_count);
@@ -382,7 +395,13 @@ static int parse_value(train_args *a, int id, const char *arg)
             return bad_value(a->cmd, id, arg, "1, 2 or 3");
         v->i = i;
         break;
+    case OPT_WIDE:
+        if (cli_parse_int(arg, 0, 3, &i))
+            return bad_value(a->cmd, id, arg, "0, 1, 2 or 3");
+        v->i = i;
+        break;
     case OPT_NGRAM_BUCKETS:
+    case OPT_WIDE_BUCKETS:
         if (cli_parse_int(arg, 1, 16777216, &i))
             return bad_value(a->cmd, id, arg, "an integer from 1 to 16777216");
         v->i = i;
@@ -566,6 +585,8 @@ static void apply_overrides(ac_config *c, const train_args *a)
     if (v[OPT_POSITIONS].set) c->model.positions = (ac_positions)v[OPT_POSITIONS].i;
     if (v[OPT_NGRAMS].set) c->model.ngram_order = (int)v[OPT_NGRAMS].i;
     if (v[OPT_NGRAM_BUCKETS].set) c->model.ngram_buckets = (int)v[OPT_NGRAM_BUCKETS].i;
+    if (v[OPT_WIDE].set) c->model.wide_order = (int)v[OPT_WIDE].i;
+    if (v[OPT_WIDE_BUCKETS].set) c->model.wide_buckets = (int)v[OPT_WIDE_BUCKETS].i;
     if (v[OPT_CROP].set) c->training.crop_frac = v[OPT_CROP].d;
     if (v[OPT_CROP_MIN].set) c->training.crop_min = (int)v[OPT_CROP_MIN].i;
     if (v[OPT_CROP_MAX].set) c->training.crop_max = (int)v[OPT_CROP_MAX].i;
@@ -586,6 +607,8 @@ static void apply_overrides(ac_config *c, const train_args *a)
         t->crop_frac = 0.0;
         t->label_smoothing = 0.0f;
         t->token_dropout = 0.0f;
+        c->model.wide_order = 0; /* a classifier's head: the fine-tuning run's choice */
+        c->model.wide_buckets = 0;
         if (!v[OPT_VAL_SPLIT].set) t->val_split = PRETRAIN_VAL_SPLIT;
         if (!v[OPT_EVAL_EVERY].set) t->eval_every = PRETRAIN_EVAL_EVERY;
         if (!v[OPT_PATIENCE].set) t->patience = 0;

@@ -36,6 +36,8 @@ void ac_config_defaults(ac_config *c)
         .positions = AC_POS_LEARNED,
         .ngram_order = 2,
         .ngram_buckets = 262144,
+        .wide_order = 3,
+        .wide_buckets = 1048576,
         .temperature = 1.0f,
     };
     c->tokenizer = (ac_tokenizer_config){
@@ -117,6 +119,7 @@ typedef enum {
     K_SEED_TEXT,  /* uint64_t, always written as a decimal string */
     K_POSITIONS,  /* ac_positions */
     K_NGRAM_HASH, /* no storage: the one hashing this version knows (AC_NGRAM_HASH) */
+    K_WIDE_HASH,  /* the same for the wide path (AC_WIDE_HASH) */
     K_OBJECTIVE,  /* ac_objective */
     K_CLASSES,    /* int: 2..hi, or 0 (a masked-LM model has no classes) */
 } key_kind;
@@ -132,6 +135,7 @@ static const struct {
     double value;
 } LEGACY_VALUES[] = {
     {"positions", AC_POS_SINUSOIDAL}, {"ngram_order", 1}, {"ngram_buckets", 0},
+    {"wide_order", 0}, {"wide_buckets", 0},
     {"temperature", 1}, {"crop_frac", 0}, {"crop_min", 5}, {"crop_max", 64},
     {"label_smoothing", 0}, {"token_dropout", 0}, {"ema", 0},
     {"objective", AC_OBJECTIVE_CLASSIFICATION}, {"mask_frac", AC_MLM_MASK_FRAC},
@@ -172,6 +176,9 @@ static const key_spec MODEL_KEYS[] = {
     {"ngram_order", K_INT, AT(model.ngram_order), 0, 3, SINCE_0_2, 0},
     {"ngram_buckets", K_INT, AT(model.ngram_buckets), 0, 16777216, SINCE_0_2, 0},
     {"ngram_hash", K_NGRAM_HASH, 0, 0, 0, SINCE_0_2, 0},
+    {"wide_order", K_INT, AT(model.wide_order), 0, 3, SINCE_0_2, 0},
+    {"wide_buckets", K_INT, AT(model.wide_buckets), 0, 16777216, SINCE_0_2, 0},
+    {"wide_hash", K_WIDE_HASH, 0, 0, 0, SINCE_0_2, 0},
     {"temperature", K_FLOAT, AT(model.temperature), 0, 1000, LO_OPEN | SINCE_0_2, 0},
 };
 
@@ -275,6 +282,9 @@ static void describe_expected(const key_spec *k, char *out, size_t n)
         break;
     case K_NGRAM_HASH:
         snprintf(out, n, "\"%s\"", AC_NGRAM_HASH);
+        break;
+    case K_WIDE_HASH:
+        snprintf(out, n, "\"%s\"", AC_WIDE_HASH);
         break;
     case K_OBJECTIVE:
         snprintf(out, n, "one of \"classification\", \"masked_lm\"");
@@ -458,6 +468,8 @@ static int store_value(void *base, const key_spec *k, const cJSON *v)
     }
     case K_NGRAM_HASH:
         return cJSON_IsString(v) && strcmp(v->valuestring, AC_NGRAM_HASH) == 0 ? 0 : -1;
+    case K_WIDE_HASH:
+        return cJSON_IsString(v) && strcmp(v->valuestring, AC_WIDE_HASH) == 0 ? 0 : -1;
     case K_OBJECTIVE: {
         ac_objective o;
         if (!cJSON_IsString(v) || ac_objective_parse(v->valuestring, &o) != 0)
@@ -522,7 +534,7 @@ static void store_legacy(void *base, const key_spec *k)
     case K_DOUBLE: *(double *)(void *)field = v; break;
     case K_POSITIONS: *(ac_positions *)(void *)field = (ac_positions)v; break;
     case K_OBJECTIVE: *(ac_objective *)(void *)field = (ac_objective)v; break;
-    default: break; /* K_NGRAM_HASH: nothing stored */
+    default: break; /* K_NGRAM_HASH, K_WIDE_HASH: nothing stored */
     }
 }
 
@@ -873,6 +885,8 @@ static cJSON *value_json(const void *base, const key_spec *k)
         return cJSON_CreateString(ac_positions_name(*(const ac_positions *)(const void *)field));
     case K_NGRAM_HASH:
         return cJSON_CreateString(AC_NGRAM_HASH);
+    case K_WIDE_HASH:
+        return cJSON_CreateString(AC_WIDE_HASH);
     case K_OBJECTIVE:
         return cJSON_CreateString(ac_objective_name(*(const ac_objective *)(const void *)field));
     case K_CLASSES:

@@ -51,6 +51,10 @@ void ac_attribution_free(ac_attribution *a)
     free(a->pad_ids);
     free(a->alpha);
     free(a->weight);
+    free(a->wide_set);
+    free(a->wide_uses);
+    free(a->wide_scores);
+    free(a->wide_logits);
     memset(a, 0, sizeof *a);
 }
 
@@ -89,7 +93,12 @@ int ac_attribution_setup(ac_attribution *a, ac_model *m, ac_attr_method method, 
     a->pad_ids = calloc(T, sizeof *a->pad_ids); /* all AC_PAD_ID_MODEL (0) */
     a->alpha = calloc(R, sizeof *a->alpha);
     a->weight = calloc(R, sizeof *a->weight);
-    if (!a->scores || !a->logits || !a->baseline_logits || !a->gap || !a->x || !a->x0 ||
+    const size_t grams = ac_model_has_wide(&m->cfg) ? T * (size_t)m->cfg.wide_order : 1;
+    a->wide_set = calloc(grams, sizeof *a->wide_set);
+    a->wide_uses = calloc(grams, sizeof *a->wide_uses);
+    a->wide_scores = calloc(C * T, sizeof *a->wide_scores);
+    a->wide_logits = calloc(C, sizeof *a->wide_logits);
+    if (!a->wide_set || !a->wide_uses || !a->wide_scores || !a->wide_logits || !a->scores || !a->logits || !a->baseline_logits || !a->gap || !a->x || !a->x0 ||
         !a->grad || !a->dlogits || !a->lengths || !a->acc || !a->pad_ids || !a->alpha ||
         !a->weight) {
         ac_attribution_free(a);
@@ -123,7 +132,7 @@ static void path_batch(ac_attribution *a, int n, int count)
             if (a->alpha[r] == 0.0f)
                 a->baseline_logits[c] = z[c];
             if (a->alpha[r] == 1.0f)
-                a->logits[c] = z[c];
+                a->logits[c] = (double)(z[c] + (float)a->wide_logits[c]);
         }
     }
     for (int c = 0; c < C; c++) {
@@ -163,7 +172,8 @@ static void finish(ac_attribution *a, int n, int steps)
     for (int c = 0; c < C; c++) {
         double sum = 0.0;
         for (int t = 0; t < n; t++) {
-            a->scores[(size_t)c * n + t] = a->acc[(size_t)c * n + t] * scale;
+            a->scores[(size_t)c * n + t] =
+                a->acc[(size_t)c * n + t] * scale + a->wide_scores[(size_t)c * n + t];
             sum += a->scores[(size_t)c * n + t];
         }
         a->gap[c] = sum - (a->logits[c] - a->baseline_logits[c]);
@@ -175,6 +185,60 @@ double ac_attribution_delta(const ac_attribution *a, int c)
 {
     double change = fabs(a->logits[c] - a->baseline_logits[c]);
     return fabs(a->gap[c]) / (change > AC_ATTR_GAP_FLOOR ? change : AC_ATTR_GAP_FLOOR);
+}
+
+/* Index of bucket in the sorted set (it is there). */
+static int set_index(const int32_t *set, int count, int32_t bucket)
+{
+    int lo = 0, hi = count - 1;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (set[mid] < bucket)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The wide path adds sum over the text's distinct n-gram buckets of
+ * table[bucket, c] to logit c: linear in the set, so its part of the
+ * attribution is exact, not integrated. Each bucket's weight is shared by
+ * its occurrences and, within one, evenly by the n-gram's words. The
+ * baseline (no text) has no n-grams, so these parts sum to the wide path's
+ * whole contribution and completeness is unchanged. */
+static void wide_part(ac_attribution *a, const int32_t *ids, int n)
+{
+    const ac_model *m = a->m;
+    const int C = a->n_classes;
+    memset(a->wide_scores, 0, (size_t)C * n * sizeof *a->wide_scores);
+    memset(a->wide_logits, 0, (size_t)C * sizeof *a->wide_logits);
+    if (!m->p.wide_w)
+        return;
+    const int order = m->cfg.wide_order, n_buckets = m->cfg.wide_buckets;
+    const int count = wide_buckets_of_text(a->wide_set, ids, n, order, n_buckets);
+    memset(a->wide_uses, 0, (size_t)count * sizeof *a->wide_uses);
+    for (int k = 1; k <= order; k++)
+        for (int t = 0; t + k <= n; t++)
+            a->wide_uses[set_index(a->wide_set, count,
+                                   (int32_t)wide_bucket(ids + t, k, n_buckets))]++;
+    for (int k = 1; k <= order; k++)
+        for (int t = 0; t + k <= n; t++) {
+            int i = set_index(a->wide_set, count, (int32_t)wide_bucket(ids + t, k, n_buckets));
+            for (int c = 0; c < C; c++) {
+                double share = (double)m->p.wide_w[(size_t)a->wide_set[i] * C + c] /
+                               ((double)a->wide_uses[i] * k);
+                for (int j = t; j < t + k; j++)
+                    a->wide_scores[(size_t)c * n + j] += share;
+            }
+        }
+    /* The forward's sum (ascending buckets, in double, rounded to float). */
+    for (int c = 0; c < C; c++) {
+        double sum = 0.0;
+        for (int i = 0; i < count; i++)
+            sum += (double)m->p.wide_w[(size_t)a->wide_set[i] * C + c];
+        a->wide_logits[c] = (float)sum;
+    }
 }
 
 int ac_attribution_run(ac_attribution *a, const int32_t *ids, int n, ac_err *err)
@@ -197,6 +261,7 @@ int ac_attribution_run(ac_attribution *a, const int32_t *ids, int n, ac_err *err
         memcpy(a->x0, a->x, (size_t)d * sizeof *a->x0);
     a->n = n;
     memset(a->acc, 0, (size_t)C * n * sizeof *a->acc);
+    wide_part(a, ids, n);
 
     if (a->method == AC_ATTR_GRADXINPUT) {
         a->alpha[0] = 0.0f; /* the baseline: logits only */

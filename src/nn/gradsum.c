@@ -112,15 +112,31 @@ static long table_rows_cap(const ac_model *m, long max_positions, int is_ngram)
     return want < table ? want : table;
 }
 
+/* Rows of the wide table a step can touch: its n-grams, at most order per position. */
+static long wide_rows_cap(const ac_model *m, long max_positions)
+{
+    long want = max_positions * (long)m->cfg.wide_order;
+    return want < (long)m->cfg.wide_buckets ? want : (long)m->cfg.wide_buckets;
+}
+
+/* Floats of the wide table (the last dense tensor), 0 without one. */
+static size_t wide_floats(const ac_model *m)
+{
+    return m->p.wide_w ? (size_t)m->cfg.wide_buckets * (size_t)m->cfg.n_classes : 0;
+}
+
 size_t ac_gradsum_bytes(const ac_model *m, long max_positions)
 {
     const size_t d = (size_t)m->cfg.d_model, f = sizeof(ac_fixed);
     size_t tok = (size_t)table_rows_cap(m, max_positions, 0);
     size_t ng = ac_model_has_ngrams(&m->cfg) ? (size_t)table_rows_cap(m, max_positions, 1) : 0;
-    size_t dense = m->dense_params;
+    size_t wide = m->p.wide_w ? (size_t)wide_rows_cap(m, max_positions) : 0;
+    size_t dense = m->dense_params - wide_floats(m);
     /* accumulators + the packed copy of everything */
-    return 2 * (dense + (tok + ng) * d) * f + (size_t)m->cfg.vocab_size * 12 +
-           (size_t)(ac_model_has_ngrams(&m->cfg) ? m->cfg.ngram_buckets : 0) * 12;
+    return 2 * (dense + (tok + ng) * d + wide * (size_t)m->cfg.n_classes) * f +
+           (size_t)m->cfg.vocab_size * 12 +
+           (size_t)(ac_model_has_ngrams(&m->cfg) ? m->cfg.ngram_buckets : 0) * 12 +
+           (m->p.wide_w ? (size_t)m->cfg.wide_buckets * 16 : 0);
 }
 
 int ac_gradsum_init(ac_gradsum *s, const ac_model *m, long max_positions, int max_parts,
@@ -129,6 +145,7 @@ int ac_gradsum_init(ac_gradsum *s, const ac_model *m, long max_positions, int ma
     memset(s, 0, sizeof *s);
     const ac_model_config *c = &m->cfg;
     s->d = c->d_model;
+    s->wide_width = c->n_classes;
     int parts_log2 = 0;
     while (parts_log2 < 30 && (1L << parts_log2) < (long)max_parts)
         parts_log2++;
@@ -137,7 +154,9 @@ int ac_gradsum_init(ac_gradsum *s, const ac_model *m, long max_positions, int ma
     s->token_rows = c->objective == AC_OBJECTIVE_CLASSIFICATION;
     const size_t token_floats = (size_t)c->vocab_size * (size_t)c->d_model;
     s->dense_begin = s->token_rows ? token_floats : 0;
-    s->n_dense = m->dense_params - s->dense_begin;
+    /* The wide table, the last dense tensor, is summed by rows too: a step
+     * touches a few thousand of its million rows. */
+    s->n_dense = m->dense_params - wide_floats(m) - s->dense_begin;
     s->dense = calloc(s->n_dense ? s->n_dense : 1, sizeof *s->dense);
     int failed = !s->dense;
     if (!failed && s->token_rows) {
@@ -149,7 +168,14 @@ int ac_gradsum_init(ac_gradsum *s, const ac_model *m, long max_positions, int ma
     if (!failed && ac_model_has_ngrams(c))
         failed = rows_init(&s->ngrams, c->ngram_buckets, table_rows_cap(m, max_positions, 1),
                            s->d);
-    s->cap_packed = s->n_dense + ((size_t)s->tokens.cap + (size_t)s->ngrams.cap) * (size_t)s->d;
+    if (!failed && m->p.wide_w) {
+        s->wide_stamp = calloc((size_t)c->wide_buckets, sizeof *s->wide_stamp);
+        failed = !s->wide_stamp ||
+                 rows_init(&s->wide, c->wide_buckets, wide_rows_cap(m, max_positions),
+                           c->n_classes);
+    }
+    s->cap_packed = s->n_dense + ((size_t)s->tokens.cap + (size_t)s->ngrams.cap) * (size_t)s->d +
+                    (size_t)s->wide.cap * (size_t)c->n_classes;
     if (!failed) {
         s->packed = malloc(s->cap_packed * sizeof *s->packed);
         failed = !s->packed;
@@ -167,8 +193,10 @@ void ac_gradsum_free(ac_gradsum *s)
     free(s->dense);
     free(s->packed);
     free(s->token_stamp);
+    free(s->wide_stamp);
     rows_free(&s->tokens);
     rows_free(&s->ngrams);
+    rows_free(&s->wide);
     memset(s, 0, sizeof *s);
 }
 
@@ -179,6 +207,8 @@ void ac_gradsum_clear(ac_gradsum *s)
         rows_clear(&s->tokens, s->d);
     if (s->ngrams.slot)
         rows_clear(&s->ngrams, s->d);
+    if (s->wide.slot)
+        rows_clear(&s->wide, s->wide_width);
     s->n_packed = 0;
     s->n_parts = 0;
 }
@@ -241,6 +271,28 @@ int ac_gradsum_add(ac_gradsum *s, ac_model *m, ac_err *err)
         if (add_rows(r, m->g.embed_w, list, n, d, s->limit_log2))
             return out_of_range(err, "embed.weight", s->limit_log2);
     }
+    if (s->wide.slot && m->last_ids) {
+        /* The wide rows the backward wrote: every item's distinct buckets,
+         * each listed once. */
+        ac_gradsum_rows *r = &s->wide;
+        const int B = m->last_B, stride = m->last_T * m->cfg.wide_order;
+        int32_t *list = r->merged; /* scratch until ac_gradsum_pack */
+        int n = 0;
+        if (++s->wide_stamp_now == 0) {
+            memset(s->wide_stamp, 0, (size_t)r->n_table_rows * sizeof *s->wide_stamp);
+            s->wide_stamp_now = 1;
+        }
+        for (int b = 0; b < B; b++)
+            for (int i = 0; i < m->act.wide_counts[b]; i++) {
+                int32_t row = m->act.wide_ids[(size_t)b * stride + i];
+                if (s->wide_stamp[row] != s->wide_stamp_now) {
+                    s->wide_stamp[row] = s->wide_stamp_now;
+                    list[n++] = row;
+                }
+            }
+        if (add_rows(r, m->g.wide_w, list, n, s->wide_width, s->limit_log2))
+            return out_of_range(err, "head.wide.weight", s->limit_log2);
+    }
     if (s->ngrams.slot && m->n_ngram_rows > 0) {
         if (add_rows(&s->ngrams, m->g.ngram_w, m->ngram_rows, m->n_ngram_rows, d,
                      s->limit_log2))
@@ -291,6 +343,10 @@ size_t ac_gradsum_pack(ac_gradsum *s)
         rows_merge(&s->ngrams);
         n += rows_pack(&s->ngrams, s->packed + n, s->d);
     }
+    if (s->wide.slot) {
+        rows_merge(&s->wide);
+        n += rows_pack(&s->wide, s->packed + n, s->wide_width);
+    }
     s->n_packed = n;
     return n;
 }
@@ -329,5 +385,11 @@ void ac_gradsum_unpack(const ac_gradsum *s, ac_model *m)
             m->ngram_rows[i] = r->merged[i];
         }
         m->n_ngram_rows = r->n_merged;
+        at += (size_t)r->n_merged * d;
+    }
+    if (s->wide.slot) {
+        /* The other rows' gradients are 0 already (never written this step). */
+        const ac_gradsum_rows *r = &s->wide;
+        rows_to_floats(m->g.wide_w, r->merged, r->n_merged, at, (size_t)s->wide_width);
     }
 }

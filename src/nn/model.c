@@ -149,6 +149,12 @@ int ac_model_config_validate(const ac_model_config *cfg, ac_err *err)
     if (check_range("ngram_order", cfg->ngram_order, 0, 3, err) ||
         check_range("ngram_buckets", cfg->ngram_buckets, 0, MAX_NGRAM_BUCKETS, err))
         return -1;
+    if (check_range("wide_order", cfg->wide_order, 0, 3, err) ||
+        check_range("wide_buckets", cfg->wide_buckets, 0, MAX_NGRAM_BUCKETS, err))
+        return -1;
+    if (cfg->wide_order >= 1 && cfg->wide_buckets < 1)
+        return ac_err_set(err, "model.wide_buckets: must be at least 1 with wide_order %d",
+                          cfg->wide_order);
     if (cfg->ngram_order >= 2 && cfg->ngram_buckets < 1)
         return ac_err_set(err, "model.ngram_buckets: must be at least 1 with ngram_order %d",
                           cfg->ngram_order);
@@ -210,6 +216,8 @@ static size_t build_table(ac_model *m)
     } else {
         add_tensor(m, &off, "head.weight", c->n_classes, d);
         add_tensor(m, &off, "head.bias", c->n_classes, 0);
+        if (ac_model_has_wide(c))
+            add_tensor(m, &off, "head.wide.weight", c->wide_buckets, c->n_classes);
     }
     m->dense_params = off;
     /* Last, so that every dense tensor lies before it in one block. */
@@ -248,6 +256,7 @@ static void fill_ptrs(ac_param_ptrs *p, float *base, const ac_model *m)
     const int mlm = m->cfg.objective == AC_OBJECTIVE_MASKED_LM;
     p->head_w = mlm ? NULL : base + t[i++].offset;
     p->head_b = mlm ? NULL : base + t[i++].offset;
+    p->wide_w = ac_model_has_wide(&m->cfg) ? base + t[i++].offset : NULL;
     p->mlm_bias = mlm ? base + t[i++].offset : NULL;
     p->ngram_w = ac_model_has_ngrams(&m->cfg) ? base + t[i++].offset : NULL;
 }
@@ -258,7 +267,7 @@ int ac_model_create(ac_model *m, const ac_model_config *cfg, ac_err *err)
     if (ac_model_config_validate(cfg, err))
         return -1;
     m->cfg = *cfg;
-    int max_tensors = 5 + 13 * cfg->n_layers + 2;
+    int max_tensors = 5 + 13 * cfg->n_layers + 3;
     m->table = calloc((size_t)max_tensors, sizeof *m->table);
     if (!m->table)
         return ac_err_set(err, "model: out of memory for the parameter table");
@@ -296,7 +305,8 @@ void ac_model_init_weights(ac_model *m, uint64_t seed)
         float *w = m->params + t->offset;
         size_t len = strlen(t->name);
         int is_gain = t->ndim == 1 && len >= 7 && strcmp(t->name + len - 7, ".weight") == 0;
-        if (t->sparse) {
+        if (t->sparse || w == m->p.wide_w) {
+            /* The n-gram tables start as a no-op (as in fastText). */
             memset(w, 0, t->numel * sizeof *w);
         } else if (t->ndim == 2) {
             uint64_t key = ac_rng_key(seed, (uint64_t)i);
@@ -425,6 +435,10 @@ static size_t layout_activations(ac_activations *a, const ac_model_config *cfg, 
     a->logits = carve(&c, B, C, 1);
     a->probs_out = carve(&c, B, C, 1);
     a->losses = carve(&c, B, 1, 1);
+    a->wide_ids = ac_model_has_wide(cfg)
+                      ? (int32_t *)(void *)carve(&c, N, (size_t)cfg->wide_order, 1)
+                      : NULL;
+    a->wide_counts = ac_model_has_wide(cfg) ? (int32_t *)(void *)carve(&c, B, 1, 1) : NULL;
     a->scaled_logits = carve(&c, B, C, 1);
     a->grad_a = carve(&c, N, d, 1);
     a->grad_b = carve(&c, N, d, 1);
@@ -704,6 +718,13 @@ static float classifier_head_forward(ac_model *m, const int32_t *lengths, const 
         head_in = a->pooled_drop;
     }
     linear_forward(a->logits, head_in, m->p.head_w, m->p.head_b, B, d, C);
+    /* Without ids (a forward from embed_sum) there are no n-grams: the
+     * logits are the encoder's alone (see ac_model_forward_embedded). */
+    if (m->p.wide_w && m->last_ids) {
+        wide_buckets_compute(a->wide_ids, a->wide_counts, m->last_ids, lengths, B, T,
+                             c->wide_order, c->wide_buckets);
+        wide_forward(a->logits, a->wide_ids, a->wide_counts, m->p.wide_w, B, T, c->wide_order, C);
+    }
     m->last_labels = labels;
     float loss = 0.0f;
     /* Outside training, probabilities (and the loss) use the fitted temperature. */
@@ -929,6 +950,9 @@ static void backward_from_logits(ac_model *m, const ac_param_ptrs *g, float *d_e
     const size_t Nd = (size_t)B * T * d;
     const int drop = dropout_active(m, m->last_train);
 
+    if (g && g->wide_w && m->last_ids)
+        wide_backward(g->wide_w, a->grad_logits, a->wide_ids, a->wide_counts, B, T, c->wide_order,
+                      C);
     zero_floats(a->grad_pooled, (size_t)B * d);
     if (drop) {
         zero_floats(a->grad_c, (size_t)B * d);

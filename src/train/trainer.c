@@ -1214,6 +1214,8 @@ static int merge_touched_rows(ac_gradsum *g, ac_comm *c, ac_err *err)
         return -1;
     if (g->ngrams.touched && c->or_words(c, g->ngrams.touched, g->ngrams.words, err))
         return -1;
+    if (g->wide.touched && c->or_words(c, g->wide.touched, g->wide.words, err))
+        return -1;
     return 0;
 }
 
