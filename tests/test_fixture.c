@@ -363,7 +363,7 @@ static void check_fixture(const char *file)
         m->label_smoothing != 0.0f)
         printf("; positions %s, ngram_order %d, %d buckets (%d touched), label smoothing %g",
                ac_positions_name(m->cfg.positions), m->cfg.ngram_order, m->cfg.ngram_buckets,
-               m->n_ngram_rows, (double)m->label_smoothing);
+               m->sparse[AC_SPARSE_NGRAM].n_rows, (double)m->label_smoothing);
     if (m->p.wide_w)
         printf("; wide path n <= %d in %d buckets", m->cfg.wide_order, m->cfg.wide_buckets);
     if (masked_lm)

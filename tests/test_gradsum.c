@@ -187,9 +187,13 @@ START_TEST(test_partitions_give_the_same_gradient)
             ck_assert_msg(memcmp(one, other, m.n_params * sizeof *one) == 0,
                           "%d ranks (order %d): a different gradient", k + 1, o);
         }
-    /* the n-gram row list is the merged rows, ascending */
-    for (int i = 1; i < m.n_ngram_rows; i++)
-        ck_assert_int_lt(m.ngram_rows[i - 1], m.ngram_rows[i]);
+    /* each row-sparse table's list is its merged rows, ascending */
+    for (int k = 0; k < AC_SPARSE_TABLES; k++) {
+        const ac_sparse_rows *t = &m.sparse[k];
+        ck_assert_int_gt(t->n_rows, 0);
+        for (int i = 1; i < t->n_rows; i++)
+            ck_assert_int_lt(t->rows[i - 1], t->rows[i]);
+    }
     /* and it is the sum: close to the float sum of the parts */
     float *plain = calloc(m.n_params, sizeof *plain);
     for (int j = 0; j < PARTS; j++) {

@@ -517,7 +517,10 @@ START_TEST(test_gradcheck_wide_path)
     ck_assert_int_ge(w, 0);
     ck_assert_int_eq(m.table[w].shape[0], 7);
     ck_assert_int_eq(m.table[w].shape[1], cfg.n_classes);
-    ck_assert(m.table[w].offset + m.table[w].numel <= m.dense_params);
+    /* row-sparse, after every dense tensor */
+    ck_assert(m.table[w].sparse);
+    ck_assert(m.table[w].offset >= m.dense_params);
+    ck_assert_int_eq(m.sparse[AC_SPARSE_WIDE].tensor, w);
     ac_model_init_weights(&m, 5);
     for (size_t i = 0; i < m.table[w].numel; i++)
         ck_assert(m.p.wide_w[i] == 0.0f);
@@ -539,25 +542,28 @@ START_TEST(test_gradcheck_wide_path)
 }
 END_TEST
 
-/* The n-gram table's gradient is row-sparse: zeroing, clipping and AdamW
- * visit the touched rows only, and give what the dense computation gives on
- * them; untouched rows keep their values (lazy AdamW). */
-START_TEST(test_sparse_ngram_rows_match_dense)
+/* The n-gram table's and the wide path's gradients are row-sparse: zeroing,
+ * clipping and AdamW visit the touched rows only, and give what the dense
+ * computation gives on them; untouched rows keep their values (lazy AdamW). */
+START_TEST(test_sparse_rows_match_dense)
 {
     ac_model_config cfg = small_config(AC_POOL_MEAN, 0.0f);
     cfg.ngram_order = 2;
     cfg.ngram_buckets = 64; /* more rows than the batch touches */
+    cfg.wide_order = 2;
+    cfg.wide_buckets = 64;
     enum { B = 3, T = 6 };
     ac_model sparse, dense;
     model_make(&sparse, &cfg, B, T);
     model_make(&dense, &cfg, B, T);
     randomize(&sparse, 41);
     memcpy(dense.params, sparse.params, sparse.n_params * sizeof(float));
-    dense.table[dense.n_tensors - 1].sparse = 0; /* the same model, updated densely */
+    for (int k = 0; k < AC_SPARSE_TABLES; k++) /* the same model, updated densely */
+        dense.table[dense.sparse[k].tensor].sparse = 0;
     batch bt;
     const int32_t lengths[B] = {6, 2, 4};
     batch_fill(&bt, B, T, lengths, cfg.vocab_size, cfg.n_classes, 13);
-    size_t n = sparse.n_params, d = (size_t)cfg.d_model;
+    size_t n = sparse.n_params;
     float *m1s = calloc(n, sizeof(float)), *m2s = calloc(n, sizeof(float));
     float *m1d = calloc(n, sizeof(float)), *m2d = calloc(n, sizeof(float));
     float *before = malloc(n * sizeof(float));
@@ -579,17 +585,23 @@ START_TEST(test_sparse_ngram_rows_match_dense)
         ac_model_backward(&dense);
         ck_assert_int_eq(memcmp(sparse.grads, dense.grads, n * sizeof(float)), 0);
         /* the listed rows are exactly the rows with a gradient, each once */
-        int listed = 0;
-        for (int r = 0; r < cfg.ngram_buckets; r++) {
-            int nonzero = 0;
-            for (size_t k = 0; k < d; k++)
-                nonzero |= sparse.g.ngram_w[(size_t)r * d + k] != 0.0f;
-            listed += sparse.ngram_mark[r];
-            if (nonzero)
-                ck_assert_msg(sparse.ngram_mark[r], "row %d has a gradient but is not listed", r);
+        for (int k = 0; k < AC_SPARSE_TABLES; k++) {
+            const ac_sparse_rows *t = &sparse.sparse[k];
+            const size_t w = (size_t)t->width;
+            int listed = 0;
+            for (int r = 0; r < t->n_table_rows; r++) {
+                int nonzero = 0;
+                for (size_t j = 0; j < w; j++)
+                    nonzero |= sparse.grads[t->offset + (size_t)r * w + j] != 0.0f;
+                listed += t->mark[r];
+                if (nonzero)
+                    ck_assert_msg(t->mark[r], "table %d: row %d has a gradient but is not listed",
+                                  k, r);
+            }
+            ck_assert_int_eq(listed, t->n_rows);
+            ck_assert_int_gt(t->n_rows, 0);
+            ck_assert_int_lt(t->n_rows, t->n_table_rows);
         }
-        ck_assert_int_eq(listed, sparse.n_ngram_rows);
-        ck_assert_int_lt(sparse.n_ngram_rows, cfg.ngram_buckets);
 
         float norm_dense = ac_clip_grad_norm(dense.grads, n, 0.5f);
         float norm_sparse = ac_model_clip_grad_norm(&sparse, 0.5f);
@@ -601,15 +613,22 @@ START_TEST(test_sparse_ngram_rows_match_dense)
         /* dense tensors: the same update */
         for (size_t i = 0; i < sparse.dense_params; i++)
             ck_assert_msg(fabsf(sparse.params[i] - dense.params[i]) <= 1e-6f, "param %zu", i);
-        size_t base = sparse.dense_params;
-        for (int r = 0; r < cfg.ngram_buckets; r++) {
-            const float *ps = sparse.params + base + (size_t)r * d;
-            const float *pb = before + base + (size_t)r * d;
-            if (!sparse.ngram_mark[r]) {
-                ck_assert_msg(memcmp(ps, pb, d * sizeof(float)) == 0,
-                              "untouched row %d moved", r);
-            } else {
-                ck_assert_msg(memcmp(ps, pb, d * sizeof(float)) != 0, "touched row %d kept", r);
+        for (int k = 0; k < AC_SPARSE_TABLES; k++) {
+            const ac_sparse_rows *t = &sparse.sparse[k];
+            const size_t w = (size_t)t->width;
+            for (int r = 0; r < t->n_table_rows; r++) {
+                const size_t at = t->offset + (size_t)r * w;
+                if (!t->mark[r]) {
+                    ck_assert_msg(memcmp(sparse.params + at, before + at, w * sizeof(float)) == 0,
+                                  "table %d: untouched row %d moved", k, r);
+                } else {
+                    const float *pd = dense.params + at;
+                    ck_assert_msg(memcmp(sparse.params + at, before + at, w * sizeof(float)) != 0,
+                                  "table %d: touched row %d kept", k, r);
+                    for (size_t j = 0; j < w; j++)
+                        ck_assert_msg(fabsf(sparse.params[at + j] - pd[j]) <= 1e-6f,
+                                      "table %d: row %d differs from the dense update", k, r);
+                }
             }
         }
         /* dense AdamW moves the untouched rows by decay alone; realign for the next step */
@@ -1752,7 +1771,7 @@ static Suite *model_suite(void)
     tcase_add_test(grad, test_gradcheck_ngrams_learned_positions);
     tcase_add_test(grad, test_gradcheck_wide_path);
     tcase_add_test(grad, test_gradcheck_masked_lm);
-    tcase_add_test(grad, test_sparse_ngram_rows_match_dense);
+    tcase_add_test(grad, test_sparse_rows_match_dense);
     tcase_add_test(grad, test_eval_mode_has_no_dropout);
     tcase_add_test(grad, test_padding_is_invisible);
     tcase_add_test(grad, test_input_gradient_finite_differences);

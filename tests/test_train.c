@@ -457,16 +457,17 @@ START_TEST(test_resume_after_max_steps_is_bitwise)
 }
 END_TEST
 
-/* The lazy average of the n-gram rows equals the plain per-step average
- * computed densely: rows untouched for k steps catch up by decay^k exactly
- * (to float rounding). Weights move by hand: dense ones every step, an
- * n-gram row only in the steps that "touch" it. */
+/* The lazy average of the row-sparse tables (n-grams, wide path) equals the
+ * plain per-step average computed densely: rows untouched for k steps catch up
+ * by decay^k exactly (to float rounding). Weights move by hand: dense ones
+ * every step, a table's row only in the steps that "touch" it. */
 START_TEST(test_ema_lazy_rows_match_dense_average)
 {
     ac_model_config mc = {.vocab_size = 9, .max_len = 4, .d_model = 4, .n_heads = 2, .d_ff = 6,
                           .n_layers = 1, .n_classes = 2, .pooling = AC_POOL_MEAN,
                           .ln_eps = 1e-6f, .positions = AC_POS_LEARNED, .ngram_order = 2,
-                          .ngram_buckets = 7, .temperature = 1.0f};
+                          .ngram_buckets = 7, .wide_order = 2, .wide_buckets = 5,
+                          .temperature = 1.0f};
     ac_model m;
     ac_err err;
     ck_assert_msg(ac_model_create(&m, &mc, &err) == 0, "%s", err.msg);
@@ -479,19 +480,26 @@ START_TEST(test_ema_lazy_rows_match_dense_average)
     double *ref = malloc(m.n_params * sizeof *ref);
     for (size_t i = 0; i < m.n_params; i++)
         ref[i] = m.params[i];
-    const size_t d = (size_t)mc.d_model;
     for (long step = 0; step < 40; step++) {
-        /* rows touched this step: r = step % 3 and, every 5th step, row 6 */
-        m.n_ngram_rows = 0;
-        m.ngram_rows[m.n_ngram_rows++] = (int32_t)(step % 3);
+        /* rows touched this step: n-gram row step % 3 and, every 5th step, row 6;
+         * wide row step % 4 */
+        ac_sparse_rows *ng = &m.sparse[AC_SPARSE_NGRAM], *wide = &m.sparse[AC_SPARSE_WIDE];
+        ng->n_rows = 0;
+        ng->rows[ng->n_rows++] = (int32_t)(step % 3);
         if (step % 5 == 4)
-            m.ngram_rows[m.n_ngram_rows++] = 6;
+            ng->rows[ng->n_rows++] = 6;
+        wide->n_rows = 0;
+        wide->rows[wide->n_rows++] = (int32_t)(step % 4);
         ac_ema_before_step(&e, &m, step);
         for (size_t i = 0; i < m.dense_params; i++)
             m.params[i] += 0.001f * (float)((i + (size_t)step) % 7) - 0.003f;
-        for (int k = 0; k < m.n_ngram_rows; k++)
-            for (size_t i = 0; i < d; i++)
-                m.params[m.dense_params + (size_t)m.ngram_rows[k] * d + i] += 0.01f * (float)(step % 4);
+        for (int t = 0; t < AC_SPARSE_TABLES; t++) {
+            const ac_sparse_rows *r = &m.sparse[t];
+            for (int k = 0; k < r->n_rows; k++)
+                for (size_t i = 0; i < (size_t)r->width; i++)
+                    m.params[r->offset + (size_t)r->rows[k] * r->width + i] +=
+                        0.01f * (float)(step % 4);
+        }
         ac_ema_after_step(&e, &m, step + 1);
         for (size_t i = 0; i < m.n_params; i++)
             ref[i] = decay * ref[i] + (1 - decay) * m.params[i];

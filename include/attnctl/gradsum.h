@@ -56,8 +56,6 @@ typedef struct {
     ac_gradsum_rows tokens, ngrams;
     ac_gradsum_rows wide; /* the wide path's rows (C wide), when the model has one */
     uint32_t *token_stamp; /* [vocab] the add call that last listed the row */
-    uint32_t *wide_stamp;  /* [wide_buckets] the same for the wide table's rows */
-    uint32_t wide_stamp_now;
     int wide_width;        /* the wide table's row width: the class count */
     uint32_t stamp_now;
     ac_fixed *packed;     /* [cap_packed] the sum's wire format (ac_gradsum_pack) */

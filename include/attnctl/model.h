@@ -85,8 +85,24 @@ typedef struct {
     size_t offset;                /* in floats, into the flat buffer */
     size_t numel;
     int weight_decay;             /* 1 for matrices (Linear, embedding), 0 for biases and LayerNorm */
-    int sparse;                   /* 1: row-sparse gradient (the n-gram table; see ac_model) */
+    int sparse;                   /* 1: row-sparse gradient (see ac_sparse_rows) */
 } ac_param_info;
+
+/* A table whose gradient is row-sparse (the n-gram embedding, the wide
+ * path): only the rows a batch touched are non-zero, listed in rows
+ * (first-touch order) and flagged in mark. Zeroing, clipping, AdamW (lazily,
+ * as PyTorch's SparseAdam) and the weight average visit only those rows, so a
+ * step costs what the batch touched, not the table's size. */
+enum { AC_SPARSE_NGRAM, AC_SPARSE_WIDE, AC_SPARSE_TABLES };
+typedef struct {
+    int tensor;        /* index in the model's table; -1: no such table */
+    size_t offset;     /* the table's first element in params and grads */
+    int n_table_rows;
+    int width;         /* floats per row */
+    uint8_t *mark;     /* [n_table_rows] */
+    int32_t *rows;     /* [n_table_rows] */
+    int n_rows;
+} ac_sparse_rows;
 
 /* Pointers into the flat buffer for one encoder layer. */
 /* q_w, k_w and v_w are consecutive in the flat buffer, so q_w is also the
@@ -177,14 +193,10 @@ typedef struct {
     ac_param_ptrs p; /* views into params */
     ac_param_ptrs g; /* views into grads */
     float *pos_table; /* [max_len, d] fixed (sinusoidal, or zeros without positions) */
-    /* The n-gram table's gradient is row-sparse: only the rows a batch
-     * touched are non-zero, listed in ngram_rows (first-touch order) and
-     * flagged in ngram_mark. Zeroing, clipping and AdamW visit only those
-     * rows, so a step costs what the batch touched, not the table size. */
-    uint8_t *ngram_mark;   /* [ngram_buckets] */
-    int32_t *ngram_rows;   /* [ngram_buckets] */
-    int n_ngram_rows;
-    size_t dense_params;   /* parameters before the sparse table (all of them without one) */
+    /* The n-gram table and the wide path's table have row-sparse gradients
+     * (see ac_sparse_rows); sparse[k].tensor < 0 where the model has no such table. */
+    ac_sparse_rows sparse[AC_SPARSE_TABLES];
+    size_t dense_params;   /* parameters before the sparse tables (all of them without one) */
     float label_smoothing; /* training loss only; 0 = plain cross-entropy */
     float token_dropout;   /* training only: share of tokens replaced by <unk> */
     /* Backward: the loss is a mean over this many rows (a micro-batch's part

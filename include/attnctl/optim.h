@@ -38,7 +38,7 @@ float ac_clip_grad_norm(float *grads, size_t n, float clip_norm);
 float ac_model_clip_grad_norm(ac_model *m, float clip_norm);
 
 /* One AdamW step (t is the 1-based step count for bias correction). A
- * row-sparse tensor (the n-gram table) is updated lazily: only the rows the
+ * row-sparse tensor (the n-gram and wide tables) is updated lazily: only the rows the
  * last backward touched, as PyTorch's SparseAdam does, plus decoupled decay.
  * m1, m2: first and second moments in the model's parameter layout. */
 void ac_adamw_step(const ac_model *m, float *params, const float *grads, float *m1, float *m2,

@@ -119,24 +119,18 @@ static long wide_rows_cap(const ac_model *m, long max_positions)
     return want < (long)m->cfg.wide_buckets ? want : (long)m->cfg.wide_buckets;
 }
 
-/* Floats of the wide table (the last dense tensor), 0 without one. */
-static size_t wide_floats(const ac_model *m)
-{
-    return m->p.wide_w ? (size_t)m->cfg.wide_buckets * (size_t)m->cfg.n_classes : 0;
-}
-
 size_t ac_gradsum_bytes(const ac_model *m, long max_positions)
 {
     const size_t d = (size_t)m->cfg.d_model, f = sizeof(ac_fixed);
     size_t tok = (size_t)table_rows_cap(m, max_positions, 0);
     size_t ng = ac_model_has_ngrams(&m->cfg) ? (size_t)table_rows_cap(m, max_positions, 1) : 0;
     size_t wide = m->p.wide_w ? (size_t)wide_rows_cap(m, max_positions) : 0;
-    size_t dense = m->dense_params - wide_floats(m);
+    size_t dense = m->dense_params;
     /* accumulators + the packed copy of everything */
     return 2 * (dense + (tok + ng) * d + wide * (size_t)m->cfg.n_classes) * f +
            (size_t)m->cfg.vocab_size * 12 +
            (size_t)(ac_model_has_ngrams(&m->cfg) ? m->cfg.ngram_buckets : 0) * 12 +
-           (m->p.wide_w ? (size_t)m->cfg.wide_buckets * 16 : 0);
+           (m->p.wide_w ? (size_t)m->cfg.wide_buckets * 12 : 0);
 }
 
 int ac_gradsum_init(ac_gradsum *s, const ac_model *m, long max_positions, int max_parts,
@@ -154,9 +148,9 @@ int ac_gradsum_init(ac_gradsum *s, const ac_model *m, long max_positions, int ma
     s->token_rows = c->objective == AC_OBJECTIVE_CLASSIFICATION;
     const size_t token_floats = (size_t)c->vocab_size * (size_t)c->d_model;
     s->dense_begin = s->token_rows ? token_floats : 0;
-    /* The wide table, the last dense tensor, is summed by rows too: a step
-     * touches a few thousand of its million rows. */
-    s->n_dense = m->dense_params - wide_floats(m) - s->dense_begin;
+    /* The row-sparse tables (n-grams, wide path) are summed by rows: a step
+     * touches a few thousand of their rows. */
+    s->n_dense = m->dense_params - s->dense_begin;
     s->dense = calloc(s->n_dense ? s->n_dense : 1, sizeof *s->dense);
     int failed = !s->dense;
     if (!failed && s->token_rows) {
@@ -168,12 +162,9 @@ int ac_gradsum_init(ac_gradsum *s, const ac_model *m, long max_positions, int ma
     if (!failed && ac_model_has_ngrams(c))
         failed = rows_init(&s->ngrams, c->ngram_buckets, table_rows_cap(m, max_positions, 1),
                            s->d);
-    if (!failed && m->p.wide_w) {
-        s->wide_stamp = calloc((size_t)c->wide_buckets, sizeof *s->wide_stamp);
-        failed = !s->wide_stamp ||
-                 rows_init(&s->wide, c->wide_buckets, wide_rows_cap(m, max_positions),
+    if (!failed && m->p.wide_w)
+        failed = rows_init(&s->wide, c->wide_buckets, wide_rows_cap(m, max_positions),
                            c->n_classes);
-    }
     s->cap_packed = s->n_dense + ((size_t)s->tokens.cap + (size_t)s->ngrams.cap) * (size_t)s->d +
                     (size_t)s->wide.cap * (size_t)c->n_classes;
     if (!failed) {
@@ -193,7 +184,6 @@ void ac_gradsum_free(ac_gradsum *s)
     free(s->dense);
     free(s->packed);
     free(s->token_stamp);
-    free(s->wide_stamp);
     rows_free(&s->tokens);
     rows_free(&s->ngrams);
     rows_free(&s->wide);
@@ -225,6 +215,21 @@ static int add_rows(ac_gradsum_rows *r, float *g, const int32_t *rows, int n, in
         bad |= add_floats(r->acc + (size_t)r->slot[rows[i]] * d, g + (size_t)rows[i] * d,
                           (size_t)d, limit);
     return bad;
+}
+
+/* A row-sparse table's listed rows into r, then what ac_model_zero_grad
+ * does for them (add_rows zeroed their gradients). */
+static int add_sparse_rows(ac_gradsum_rows *r, ac_model *m, int kind, int limit)
+{
+    ac_sparse_rows *t = &m->sparse[kind];
+    if (!r->slot || t->n_rows == 0)
+        return 0;
+    if (add_rows(r, m->grads + t->offset, t->rows, t->n_rows, t->width, limit))
+        return -1;
+    for (int i = 0; i < t->n_rows; i++)
+        t->mark[t->rows[i]] = 0;
+    t->n_rows = 0;
+    return 0;
 }
 
 static int out_of_range(ac_err *err, const char *tensor, int limit_log2)
@@ -271,37 +276,10 @@ int ac_gradsum_add(ac_gradsum *s, ac_model *m, ac_err *err)
         if (add_rows(r, m->g.embed_w, list, n, d, s->limit_log2))
             return out_of_range(err, "embed.weight", s->limit_log2);
     }
-    if (s->wide.slot && m->last_ids) {
-        /* The wide rows the backward wrote: every item's distinct buckets,
-         * each listed once. */
-        ac_gradsum_rows *r = &s->wide;
-        const int B = m->last_B, stride = m->last_T * m->cfg.wide_order;
-        int32_t *list = r->merged; /* scratch until ac_gradsum_pack */
-        int n = 0;
-        if (++s->wide_stamp_now == 0) {
-            memset(s->wide_stamp, 0, (size_t)r->n_table_rows * sizeof *s->wide_stamp);
-            s->wide_stamp_now = 1;
-        }
-        for (int b = 0; b < B; b++)
-            for (int i = 0; i < m->act.wide_counts[b]; i++) {
-                int32_t row = m->act.wide_ids[(size_t)b * stride + i];
-                if (s->wide_stamp[row] != s->wide_stamp_now) {
-                    s->wide_stamp[row] = s->wide_stamp_now;
-                    list[n++] = row;
-                }
-            }
-        if (add_rows(r, m->g.wide_w, list, n, s->wide_width, s->limit_log2))
-            return out_of_range(err, "head.wide.weight", s->limit_log2);
-    }
-    if (s->ngrams.slot && m->n_ngram_rows > 0) {
-        if (add_rows(&s->ngrams, m->g.ngram_w, m->ngram_rows, m->n_ngram_rows, d,
-                     s->limit_log2))
-            return out_of_range(err, "embed.ngram.weight", s->limit_log2);
-        /* What ac_model_zero_grad does for the rows (add_rows zeroed them). */
-        for (int i = 0; i < m->n_ngram_rows; i++)
-            m->ngram_mark[m->ngram_rows[i]] = 0;
-        m->n_ngram_rows = 0;
-    }
+    if (add_sparse_rows(&s->wide, m, AC_SPARSE_WIDE, s->limit_log2))
+        return out_of_range(err, "head.wide.weight", s->limit_log2);
+    if (add_sparse_rows(&s->ngrams, m, AC_SPARSE_NGRAM, s->limit_log2))
+        return out_of_range(err, "embed.ngram.weight", s->limit_log2);
     s->n_parts++;
     return 0;
 }
@@ -367,6 +345,23 @@ static void rows_to_floats(float *table, const int32_t *rows, int n, const ac_fi
             table[(size_t)rows[i] * d + k] = ac_fixed_to_float(src[(size_t)i * d + k]);
 }
 
+/* The merged rows of a row-sparse table from the packed sum; they become
+ * the model's list of touched rows (the others' gradients are 0 already). */
+static const ac_fixed *sparse_rows_to_floats(const ac_gradsum_rows *r, ac_model *m, int kind,
+                                             const ac_fixed *at)
+{
+    if (!r->slot)
+        return at;
+    ac_sparse_rows *t = &m->sparse[kind];
+    rows_to_floats(m->grads + t->offset, r->merged, r->n_merged, at, (size_t)t->width);
+    for (int i = 0; i < r->n_merged; i++) {
+        t->mark[r->merged[i]] = 1;
+        t->rows[i] = r->merged[i];
+    }
+    t->n_rows = r->n_merged;
+    return at + (size_t)r->n_merged * (size_t)t->width;
+}
+
 void ac_gradsum_unpack(const ac_gradsum *s, ac_model *m)
 {
     const size_t d = (size_t)s->d;
@@ -377,19 +372,6 @@ void ac_gradsum_unpack(const ac_gradsum *s, ac_model *m)
         rows_to_floats(m->g.embed_w, r->merged, r->n_merged, at, d);
         at += (size_t)r->n_merged * d;
     }
-    if (s->ngrams.slot) {
-        const ac_gradsum_rows *r = &s->ngrams;
-        rows_to_floats(m->g.ngram_w, r->merged, r->n_merged, at, d);
-        for (int i = 0; i < r->n_merged; i++) {
-            m->ngram_mark[r->merged[i]] = 1;
-            m->ngram_rows[i] = r->merged[i];
-        }
-        m->n_ngram_rows = r->n_merged;
-        at += (size_t)r->n_merged * d;
-    }
-    if (s->wide.slot) {
-        /* The other rows' gradients are 0 already (never written this step). */
-        const ac_gradsum_rows *r = &s->wide;
-        rows_to_floats(m->g.wide_w, r->merged, r->n_merged, at, (size_t)s->wide_width);
-    }
+    at = sparse_rows_to_floats(&s->ngrams, m, AC_SPARSE_NGRAM, at);
+    sparse_rows_to_floats(&s->wide, m, AC_SPARSE_WIDE, at);
 }

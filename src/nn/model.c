@@ -180,6 +180,18 @@ static void add_tensor(ac_model *m, size_t *offset, const char *name, int rows, 
     *offset += t->numel;
 }
 
+static void add_sparse_table(ac_model *m, size_t *offset, int kind, const char *name, int rows,
+                             int width)
+{
+    ac_sparse_rows *r = &m->sparse[kind];
+    r->tensor = m->n_tensors;
+    r->offset = *offset;
+    r->n_table_rows = rows;
+    r->width = width;
+    add_tensor(m, offset, name, rows, width);
+    m->table[r->tensor].sparse = 1;
+}
+
 /* Fills the table in state_dict order; returns the parameter count. */
 static size_t build_table(ac_model *m)
 {
@@ -216,15 +228,17 @@ static size_t build_table(ac_model *m)
     } else {
         add_tensor(m, &off, "head.weight", c->n_classes, d);
         add_tensor(m, &off, "head.bias", c->n_classes, 0);
-        if (ac_model_has_wide(c))
-            add_tensor(m, &off, "head.wide.weight", c->wide_buckets, c->n_classes);
     }
+    /* The row-sparse tables last, so that every dense tensor lies before
+     * them in one block (the wide table first: the file's order since 0.2). */
     m->dense_params = off;
-    /* Last, so that every dense tensor lies before it in one block. */
-    if (ac_model_has_ngrams(c)) {
-        add_tensor(m, &off, "embed.ngram.weight", c->ngram_buckets, d);
-        m->table[m->n_tensors - 1].sparse = 1;
-    }
+    for (int k = 0; k < AC_SPARSE_TABLES; k++)
+        m->sparse[k].tensor = -1;
+    if (ac_model_has_wide(c))
+        add_sparse_table(m, &off, AC_SPARSE_WIDE, "head.wide.weight", c->wide_buckets,
+                         c->n_classes);
+    if (ac_model_has_ngrams(c))
+        add_sparse_table(m, &off, AC_SPARSE_NGRAM, "embed.ngram.weight", c->ngram_buckets, d);
     return off;
 }
 
@@ -277,12 +291,16 @@ int ac_model_create(ac_model *m, const ac_model_config *cfg, ac_err *err)
     m->params = calloc(m->n_params, sizeof(float));
     m->grads = calloc(m->n_params, sizeof(float));
     m->pos_table = calloc((size_t)cfg->max_len * (size_t)cfg->d_model, sizeof(float));
-    if (ac_model_has_ngrams(cfg)) {
-        m->ngram_mark = calloc((size_t)cfg->ngram_buckets, 1);
-        m->ngram_rows = malloc((size_t)cfg->ngram_buckets * sizeof *m->ngram_rows);
+    int lists_failed = 0;
+    for (int k = 0; k < AC_SPARSE_TABLES; k++) {
+        ac_sparse_rows *r = &m->sparse[k];
+        if (r->tensor < 0)
+            continue;
+        r->mark = calloc((size_t)r->n_table_rows, 1);
+        r->rows = malloc((size_t)r->n_table_rows * sizeof *r->rows);
+        lists_failed |= !r->mark || !r->rows;
     }
-    if (!m->params || !m->grads || !m->pos_table ||
-        (ac_model_has_ngrams(cfg) && (!m->ngram_mark || !m->ngram_rows))) {
+    if (!m->params || !m->grads || !m->pos_table || lists_failed) {
         size_t n = m->n_params;
         ac_model_free(m);
         return ac_err_set(err, "model: out of memory for %zu parameters", n);
@@ -305,8 +323,8 @@ void ac_model_init_weights(ac_model *m, uint64_t seed)
         float *w = m->params + t->offset;
         size_t len = strlen(t->name);
         int is_gain = t->ndim == 1 && len >= 7 && strcmp(t->name + len - 7, ".weight") == 0;
-        if (t->sparse || w == m->p.wide_w) {
-            /* The n-gram tables start as a no-op (as in fastText). */
+        if (t->sparse) {
+            /* The row-sparse tables (n-grams, wide path) start as a no-op (as in fastText). */
             memset(w, 0, t->numel * sizeof *w);
         } else if (t->ndim == 2) {
             uint64_t key = ac_rng_key(seed, (uint64_t)i);
@@ -350,8 +368,10 @@ void ac_model_free(ac_model *m)
         free(m->params);
     free(m->grads);
     free(m->pos_table);
-    free(m->ngram_mark);
-    free(m->ngram_rows);
+    for (int k = 0; k < AC_SPARSE_TABLES; k++) {
+        free(m->sparse[k].mark);
+        free(m->sparse[k].rows);
+    }
     free(m->act.mem);
     memset(m, 0, sizeof *m);
 }
@@ -568,32 +588,43 @@ static void zero_floats(float *p, size_t n)
 void ac_model_zero_grad(ac_model *m)
 {
     zero_floats(m->grads, m->dense_params);
-    if (!m->p.ngram_w)
-        return;
-    const size_t d = (size_t)m->cfg.d_model;
-    float *g = m->g.ngram_w;
-    for (int i = 0; i < m->n_ngram_rows; i++) {
-        int32_t r = m->ngram_rows[i];
-        memset(g + (size_t)r * d, 0, d * sizeof *g);
-        m->ngram_mark[r] = 0;
+    for (int k = 0; k < AC_SPARSE_TABLES; k++) {
+        ac_sparse_rows *r = &m->sparse[k];
+        const size_t w = (size_t)r->width;
+        for (int i = 0; i < r->n_rows; i++) {
+            memset(m->grads + r->offset + (size_t)r->rows[i] * w, 0, w * sizeof(float));
+            r->mark[r->rows[i]] = 0;
+        }
+        r->n_rows = 0;
     }
-    m->n_ngram_rows = 0;
 }
 
-/* Lists the n-gram rows the last backward wrote (serial, first-touch order). */
+/* Lists the touched rows (serial, first-touch order). */
+static void mark_rows(ac_sparse_rows *r, const int32_t *rows, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!r->mark[rows[i]]) {
+            r->mark[rows[i]] = 1;
+            r->rows[r->n_rows++] = rows[i];
+        }
+}
+
+/* The n-gram rows the last backward wrote. */
 static void mark_ngram_rows(ac_model *m, const int32_t *lengths, int B, int T)
 {
-    const int per_pos = m->cfg.ngram_order - 1;
-    const int32_t *buckets = m->act.ngram_ids;
+    const size_t per_pos = (size_t)m->cfg.ngram_order - 1;
     for (int b = 0; b < B; b++)
-        for (int t = 0; t < lengths[b]; t++)
-            for (int n = 0; n < per_pos; n++) {
-                int32_t r = buckets[((size_t)b * T + t) * per_pos + n];
-                if (!m->ngram_mark[r]) {
-                    m->ngram_mark[r] = 1;
-                    m->ngram_rows[m->n_ngram_rows++] = r;
-                }
-            }
+        mark_rows(&m->sparse[AC_SPARSE_NGRAM], m->act.ngram_ids + (size_t)b * T * per_pos,
+                  (size_t)lengths[b] * per_pos);
+}
+
+/* The wide rows the last backward wrote: every item's distinct buckets. */
+static void mark_wide_rows(ac_model *m, int B, int T)
+{
+    const size_t stride = (size_t)T * (size_t)m->cfg.wide_order;
+    for (int b = 0; b < B; b++)
+        mark_rows(&m->sparse[AC_SPARSE_WIDE], m->act.wide_ids + (size_t)b * stride,
+                  (size_t)m->act.wide_counts[b]);
 }
 
 /* Every index the layers will use is in range: an id outside the vocabulary,
@@ -950,9 +981,12 @@ static void backward_from_logits(ac_model *m, const ac_param_ptrs *g, float *d_e
     const size_t Nd = (size_t)B * T * d;
     const int drop = dropout_active(m, m->last_train);
 
-    if (g && g->wide_w && m->last_ids)
+    if (g && g->wide_w && m->last_ids) {
         wide_backward(g->wide_w, a->grad_logits, a->wide_ids, a->wide_counts, B, T, c->wide_order,
                       C);
+        if (g == &m->g)
+            mark_wide_rows(m, B, T);
+    }
     zero_floats(a->grad_pooled, (size_t)B * d);
     if (drop) {
         zero_floats(a->grad_c, (size_t)B * d);

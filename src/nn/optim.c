@@ -137,18 +137,20 @@ float ac_clip_grad_norm(float *grads, size_t n, float clip_norm)
     return (float)norm;
 }
 
-/* Sum of squares of the listed rows of a [rows, d] table: fixed chunks of the
- * list, each summed in list order, then the chunks in order. */
-static double rows_sum_of_squares(const float *g, const int32_t *rows, int n_rows, size_t d)
+/* Sum of squares of the listed rows of a row-sparse table: fixed chunks of
+ * the list, each summed in list order, then the chunks in order. */
+static double rows_sum_of_squares(const float *grads, const ac_sparse_rows *r)
 {
+    const size_t w = (size_t)r->width;
+    const float *g = grads + r->offset;
     double partial[NORM_CHUNKS];
 #pragma omp parallel for schedule(static)
     for (int chunk = 0; chunk < NORM_CHUNKS; chunk++) {
-        int begin = (int)((long long)n_rows * chunk / NORM_CHUNKS);
-        int end = (int)((long long)n_rows * (chunk + 1) / NORM_CHUNKS);
+        int begin = (int)((long long)r->n_rows * chunk / NORM_CHUNKS);
+        int end = (int)((long long)r->n_rows * (chunk + 1) / NORM_CHUNKS);
         double sum = 0.0;
         for (int i = begin; i < end; i++)
-            sum += sum_of_squares(g + (size_t)rows[i] * d, d);
+            sum += sum_of_squares(g + (size_t)r->rows[i] * w, w);
         partial[chunk] = sum;
     }
     double total = 0.0;
@@ -159,19 +161,22 @@ static double rows_sum_of_squares(const float *g, const int32_t *rows, int n_row
 
 float ac_model_clip_grad_norm(ac_model *m, float clip_norm)
 {
-    if (!m->p.ngram_w)
-        return ac_clip_grad_norm(m->grads, m->n_params, clip_norm);
-    const size_t d = (size_t)m->cfg.d_model;
-    double norm = sqrt(chunked_sum_of_squares(m->grads, m->dense_params) +
-                       rows_sum_of_squares(m->g.ngram_w, m->ngram_rows, m->n_ngram_rows, d));
+    double sum = chunked_sum_of_squares(m->grads, m->dense_params);
+    for (int k = 0; k < AC_SPARSE_TABLES; k++)
+        sum += rows_sum_of_squares(m->grads, &m->sparse[k]);
+    double norm = sqrt(sum);
     float coef = clip_coefficient(norm, clip_norm);
     if (coef != 1.0f) {
         scale_floats(m->grads, m->dense_params, coef);
+        for (int k = 0; k < AC_SPARSE_TABLES; k++) {
+            const ac_sparse_rows *r = &m->sparse[k];
+            const size_t w = (size_t)r->width;
 #pragma omp parallel for schedule(static)
-        for (int i = 0; i < m->n_ngram_rows; i++) {
-            float *row = m->g.ngram_w + (size_t)m->ngram_rows[i] * d;
-            for (size_t k = 0; k < d; k++)
-                row[k] *= coef;
+            for (int i = 0; i < r->n_rows; i++) {
+                float *row = m->grads + r->offset + (size_t)r->rows[i] * w;
+                for (size_t j = 0; j < w; j++)
+                    row[j] *= coef;
+            }
         }
     }
     return (float)norm;
@@ -213,6 +218,14 @@ static void adamw_range(float *p, const float *g, float *mt, float *vt, size_t n
  * the split does not change the bits. */
 #define ADAMW_TASK 16384
 
+static const ac_sparse_rows *sparse_rows_of(const ac_model *m, int tensor)
+{
+    for (int k = 0; k < AC_SPARSE_TABLES; k++)
+        if (m->sparse[k].tensor == tensor)
+            return &m->sparse[k];
+    return NULL;
+}
+
 void ac_adamw_step(const ac_model *m, float *params, const float *grads, float *m1, float *m2,
                    const ac_optim_config *c, float lr, long t)
 {
@@ -231,14 +244,15 @@ void ac_adamw_step(const ac_model *m, float *params, const float *grads, float *
         const ac_param_info *info = &m->table[ti];
         const float decay = info->weight_decay ? decay_factor : 1.0f;
         const size_t n = info->numel, off = info->offset;
-        if (info->sparse) {
+        const ac_sparse_rows *r = info->sparse ? sparse_rows_of(m, ti) : NULL;
+        if (r) {
             /* Lazy AdamW: only the rows this batch touched move (their
              * moments too); the others keep their values until touched. */
-            const size_t d = (size_t)info->shape[1];
+            const size_t w = (size_t)info->shape[1];
 #pragma omp for schedule(static) nowait
-            for (int i = 0; i < m->n_ngram_rows; i++) {
-                size_t at = off + (size_t)m->ngram_rows[i] * d;
-                adamw_range(params + at, grads + at, m1 + at, m2 + at, d, b1, b2, eps, step_size,
+            for (int i = 0; i < r->n_rows; i++) {
+                size_t at = off + (size_t)r->rows[i] * w;
+                adamw_range(params + at, grads + at, m1 + at, m2 + at, w, b1, b2, eps, step_size,
                             bias2_sqrt, decay);
             }
             continue;

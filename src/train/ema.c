@@ -10,7 +10,12 @@ int ac_ema_init(ac_ema *e, const ac_model *m, double decay, long step, ac_err *e
     memset(e, 0, sizeof *e);
     e->decay = decay;
     e->n = m->n_params;
-    e->rows = m->p.ngram_w ? m->cfg.ngram_buckets : 0;
+    e->rows = 0;
+    for (int k = 0; k < AC_SPARSE_TABLES; k++) {
+        e->row_base[k] = e->rows;
+        if (m->sparse[k].tensor >= 0)
+            e->rows += m->sparse[k].n_table_rows;
+    }
     e->avg = malloc(e->n * sizeof *e->avg);
     e->raw = malloc(e->n * sizeof *e->raw);
     e->row_step = malloc((size_t)(e->rows ? e->rows : 1) * sizeof *e->row_step);
@@ -33,27 +38,29 @@ void ac_ema_free(ac_ema *e)
     memset(e, 0, sizeof *e);
 }
 
-/* The row's average current as of `step`, given its weights did not change
- * since row_step. */
-static void catch_up_row(ac_ema *e, const ac_model *m, int64_t r, long step)
+/* Row r of sparse table k: its average current as of `step`, given its
+ * weights did not change since its row_step. */
+static void catch_up_row(ac_ema *e, const ac_model *m, int k, int64_t r, long step)
 {
-    long behind = step - e->row_step[r];
+    long *row_step = &e->row_step[e->row_base[k] + r];
+    long behind = step - *row_step;
     if (behind <= 0)
         return;
-    const size_t d = (size_t)m->cfg.d_model;
-    const size_t at = m->dense_params + (size_t)r * d;
+    const size_t w = (size_t)m->sparse[k].width;
+    const size_t at = m->sparse[k].offset + (size_t)r * w;
     const float keep = (float)pow(e->decay, (double)behind);
-    for (size_t i = 0; i < d; i++) {
+    for (size_t i = 0; i < w; i++) {
         float p = m->params[at + i];
         e->avg[at + i] = p + (e->avg[at + i] - p) * keep;
     }
-    e->row_step[r] = step;
+    *row_step = step;
 }
 
 void ac_ema_before_step(ac_ema *e, const ac_model *m, long step)
 {
-    for (int i = 0; i < m->n_ngram_rows && e->rows; i++)
-        catch_up_row(e, m, m->ngram_rows[i], step);
+    for (int k = 0; k < AC_SPARSE_TABLES; k++)
+        for (int i = 0; i < m->sparse[k].n_rows; i++)
+            catch_up_row(e, m, k, m->sparse[k].rows[i], step);
 }
 
 void ac_ema_after_step(ac_ema *e, const ac_model *m, long steps_done)
@@ -65,23 +72,27 @@ void ac_ema_after_step(ac_ema *e, const ac_model *m, long steps_done)
 #pragma omp parallel for schedule(static)
     for (long i = 0; i < n; i++)
         avg[i] = decay * avg[i] + mix * p[i];
-    if (!e->rows)
-        return;
-    const size_t d = (size_t)m->cfg.d_model;
-    for (int k = 0; k < m->n_ngram_rows; k++) {
-        int64_t r = m->ngram_rows[k];
-        size_t at = m->dense_params + (size_t)r * d;
-        for (size_t i = 0; i < d; i++)
-            avg[at + i] = decay * avg[at + i] + mix * p[at + i];
-        e->row_step[r] = steps_done;
+    for (int k = 0; k < AC_SPARSE_TABLES; k++) {
+        const ac_sparse_rows *r = &m->sparse[k];
+        const size_t w = (size_t)r->width;
+        for (int j = 0; j < r->n_rows; j++) {
+            size_t at = r->offset + (size_t)r->rows[j] * w;
+            for (size_t i = 0; i < w; i++)
+                avg[at + i] = decay * avg[at + i] + mix * p[at + i];
+            e->row_step[e->row_base[k] + r->rows[j]] = steps_done;
+        }
     }
 }
 
 void ac_ema_catch_up(ac_ema *e, const ac_model *m, long steps_done)
 {
+    for (int k = 0; k < AC_SPARSE_TABLES; k++) {
+        if (m->sparse[k].tensor < 0)
+            continue;
 #pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < e->rows; r++)
-        catch_up_row(e, m, r, steps_done);
+        for (int64_t r = 0; r < m->sparse[k].n_table_rows; r++)
+            catch_up_row(e, m, k, r, steps_done);
+    }
 }
 
 void ac_ema_swap_in(ac_ema *e, ac_model *m)

@@ -21,8 +21,9 @@ typedef struct {
     size_t n;          /* parameters */
     float *avg;        /* [n] the average, in the model's layout */
     float *raw;        /* [n] the trained weights while the average sits in the model */
-    int64_t rows;      /* rows of the n-gram table (0 without one) */
+    int64_t rows;      /* rows of the model's row-sparse tables (0 without one) */
     long *row_step;    /* [rows]: step up to which each row's average is current */
+    int64_t row_base[AC_SPARSE_TABLES]; /* each table's first entry in row_step */
     int swapped;       /* the model holds the average */
 } ac_ema;
 
