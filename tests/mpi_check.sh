@@ -32,6 +32,31 @@ run() { # label command...: runs, reports a failure
         failed=1
     fi
 }
+# stop_mpirun SIGNAL OUT SETTLE LIMIT TRAIN-ARGS...: a 2-process training into
+# OUT, sent SIGNAL (to mpirun) SETTLE seconds after its first checkpoint; a
+# watchdog kills it after LIMIT seconds (a hang must not hang make check).
+# Sets status, ms (from the signal to the end), at (the checkpoint's step) and
+# temps (temp files left behind).
+stop_mpirun() {
+    sig=$1 out=$2 settle=$3 limit=$4; shift 4
+    mpirun -np 2 --oversubscribe --bind-to none "$bin" train "$@" --out "$out" \
+        >"$work/out" 2>&1 &
+    job=$!
+    (sleep "$limit"; kill -9 $job 2>/dev/null) &
+    watchdog=$!
+    waited=0
+    while [ ! -f "$out/checkpoint/model.safetensors" ] && [ $waited -lt $((limit * 8)) ]; do
+        sleep 0.1; waited=$((waited + 1))
+    done
+    sleep "$settle"
+    t0=$(date +%s%N)
+    kill "-$sig" $job 2>/dev/null
+    wait $job; status=$?
+    ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    kill $watchdog 2>/dev/null
+    at=$(sed -n 's/.*"step": *\([0-9]*\).*/\1/p' "$out/checkpoint/trainer_state.json" | head -n 1)
+    temps=$(find "$out" -name '*.tmp.*' | wc -l)
+}
 run "1 process"   "$bin" train "$data" --out "$work/one" $small --max-steps 12 --threads 1
 run "2 threads"   "$bin" train "$data" --out "$work/two_threads" $small --max-steps 12 --threads 2
 run "2 processes" mpirun -np 2 --oversubscribe --bind-to none \
@@ -108,20 +133,7 @@ fi
 # all stop at the same step after a checkpoint, exit 130, and the resumed run
 # equals an uninterrupted one
 long="$small --epochs 400 --patience 0 --threads 1"
-mpirun -np 2 --oversubscribe --bind-to none "$bin" train "$data" --out "$work/usr1" $long \
-    >"$work/out" 2>&1 &
-job=$!
-(sleep 120; kill -9 $job 2>/dev/null) &  # a hang must not hang make check
-watchdog=$!
-waited=0
-while [ ! -f "$work/usr1/checkpoint/model.safetensors" ] && [ $waited -lt 600 ]; do
-    sleep 0.1; waited=$((waited + 1))
-done
-sleep 0.3
-kill -USR1 $job 2>/dev/null
-wait $job; status=$?
-kill $watchdog 2>/dev/null
-at=$(sed -n 's/.*"step": *\([0-9]*\).*/\1/p' "$work/usr1/checkpoint/trainer_state.json" | head -n 1)
+stop_mpirun USR1 "$work/usr1" 0.3 120 "$data" $long
 if [ $status -ne 130 ] || ! grep -q "interrupted at step $at" "$work/out"; then
     echo "[mpi] FAIL: SIGUSR1 to mpirun: exit $status (want 130), checkpoint step ${at:-none}:"
     sed 's/^/    /' "$work/out" | grep -v "^ *step" | tail -n 8; failed=1
@@ -139,21 +151,7 @@ fi
 # renames), all meet and leave: "interrupted at step N", that checkpoint, no
 # temp files, and the resumed run equals an uninterrupted one. mpirun itself
 # exits 1 whatever the processes return (it records 1 when it starts killing).
-mpirun -np 2 --oversubscribe --bind-to none "$bin" train "$data" --out "$work/int" $long \
-    >"$work/out" 2>&1 &
-job=$!
-(sleep 120; kill -9 $job 2>/dev/null) &
-watchdog=$!
-waited=0
-while [ ! -f "$work/int/checkpoint/model.safetensors" ] && [ $waited -lt 600 ]; do
-    sleep 0.1; waited=$((waited + 1))
-done
-sleep 0.3
-kill -INT $job 2>/dev/null
-wait $job; status=$?
-kill $watchdog 2>/dev/null
-at=$(sed -n 's/.*"step": *\([0-9]*\).*/\1/p' "$work/int/checkpoint/trainer_state.json" | head -n 1)
-temps=$(find "$work/int" -name '*.tmp.*' | wc -l)
+stop_mpirun INT "$work/int" 0.3 120 "$data" $long
 if [ $status -eq 0 ] || ! grep -q "interrupted at step $at;" "$work/out" || [ "$temps" -ne 0 ]; then
     echo "[mpi] FAIL: SIGINT to mpirun: exit $status, checkpoint step ${at:-none}, $temps temp files:"
     sed 's/^/    /' "$work/out" | grep -v "^ *step" | tail -n 8; failed=1
@@ -179,24 +177,7 @@ else
     ok=0
     for attempt in 1 2; do
         rm -rf "$work/imdb"
-        mpirun -np 2 --oversubscribe --bind-to none "$bin" train "$imdb" --config "$preset" \
-            --out "$work/imdb" --eval-every 20 --quiet >"$work/out" 2>&1 &
-        job=$!
-        (sleep 300; kill -9 $job 2>/dev/null) &
-        watchdog=$!
-        waited=0
-        while [ ! -f "$work/imdb/checkpoint/model.safetensors" ] && [ $waited -lt 2400 ]; do
-            sleep 0.1; waited=$((waited + 1))
-        done
-        sleep 1
-        t0=$(date +%s%N)
-        kill -INT $job 2>/dev/null
-        wait $job; status=$?
-        ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-        kill $watchdog 2>/dev/null
-        at=$(sed -n 's/.*"step": *\([0-9]*\).*/\1/p' "$work/imdb/checkpoint/trainer_state.json" |
-             head -n 1)
-        temps=$(find "$work/imdb" -name '*.tmp.*' | wc -l)
+        stop_mpirun INT "$work/imdb" 1 300 "$imdb" --config "$preset" --eval-every 20 --quiet
         if [ $status -ne 0 ] && grep -q "interrupted at step $at;" "$work/out" &&
            [ "$temps" -eq 0 ]; then
             ok=1; break

@@ -244,6 +244,25 @@ static void read_metrics(const char *dir, metrics_log *log)
     free(path);
 }
 
+/* Two runs' metrics.jsonl: the same evaluations (n of them, or any number
+ * when n < 0) with the same figures, to the bit. */
+static void assert_same_metrics(const char *a, const char *b, int n)
+{
+    metrics_log la, lb;
+    read_metrics(a, &la);
+    read_metrics(b, &lb);
+    if (n >= 0)
+        ck_assert_int_eq(la.n, n);
+    ck_assert_int_eq(lb.n, la.n);
+    for (int i = 0; i < la.n; i++) {
+        ck_assert_int_eq(la.step[i], lb.step[i]);
+        ck_assert(la.val_accuracy[i] == lb.val_accuracy[i] ||
+                  (isnan(la.val_accuracy[i]) && isnan(lb.val_accuracy[i])));
+        ck_assert(la.val_loss[i] == lb.val_loss[i] ||
+                  (isnan(la.val_loss[i]) && isnan(lb.val_loss[i])));
+    }
+}
+
 static char *read_bytes(const char *path, size_t *len_out)
 {
     FILE *f = fopen(path, "rb");
@@ -307,15 +326,7 @@ START_TEST(test_resume_after_interrupt_is_bitwise)
     char *ca = join(a, AC_CHECKPOINT_SUBDIR), *cb = join(b, AC_CHECKPOINT_SUBDIR);
     assert_same_weights(ca, cb, 1);
     assert_same_weights(a, b, 0);
-    metrics_log la, lb;
-    read_metrics(a, &la);
-    read_metrics(b, &lb);
-    ck_assert_int_eq(la.n, 3); /* steps 5, 10, 13 */
-    ck_assert_int_eq(lb.n, la.n);
-    for (int i = 0; i < la.n; i++) {
-        ck_assert_int_eq(la.step[i], lb.step[i]);
-        ck_assert(la.val_accuracy[i] == lb.val_accuracy[i]);
-    }
+    assert_same_metrics(a, b, 3); /* steps 5, 10, 13 */
     ck_assert(ra.best_val_accuracy == rb.best_val_accuracy);
     free(ca);
     free(cb);
@@ -1133,7 +1144,7 @@ START_TEST(test_stop_during_evaluation_resumes_bitwise)
     ck_assert_msg(ac_trainer_state_load(&st, state_path, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(st.step, 10);
     ck_assert_int_eq(st.eval_pending, 1);
-    metrics_log la, lb;
+    metrics_log lb;
     read_metrics(b, &lb);
     ck_assert_int_eq(lb.n, 1);
     ck_assert_int_eq(lb.step[0], 5);
@@ -1147,14 +1158,7 @@ START_TEST(test_stop_during_evaluation_resumes_bitwise)
     ck_assert_int_eq(st.eval_pending, 0);
     assert_same_weights(ca, cb, 1);
     assert_same_weights(a, b, 0);
-    read_metrics(a, &la);
-    read_metrics(b, &lb);
-    ck_assert_int_eq(la.n, 3); /* steps 5, 10, 13 */
-    ck_assert_int_eq(lb.n, la.n);
-    for (int i = 0; i < la.n; i++) {
-        ck_assert_int_eq(la.step[i], lb.step[i]);
-        ck_assert(la.val_accuracy[i] == lb.val_accuracy[i] && la.val_loss[i] == lb.val_loss[i]);
-    }
+    assert_same_metrics(a, b, 3); /* steps 5, 10, 13 */
     ck_assert(ra.best_val_accuracy == rb.best_val_accuracy);
     free(state_path);
     free(ca);
@@ -1194,12 +1198,7 @@ START_TEST(test_pretrain_resume_and_threads_bitwise)
     assert_same_weights(ca, cb, 1);
     assert_same_weights(ca, cc, 1);
     assert_same_weights(a, b, 0);
-    metrics_log la, lb;
-    read_metrics(a, &la);
-    read_metrics(b, &lb);
-    ck_assert_int_eq(la.n, lb.n);
-    for (int i = 0; i < la.n; i++)
-        ck_assert(la.val_loss[i] == lb.val_loss[i] && la.val_accuracy[i] == lb.val_accuracy[i]);
+    assert_same_metrics(a, b, -1);
 
     /* A resume checks its text files, and its kind of run. */
     watcher w;
