@@ -1093,7 +1093,7 @@ START_TEST(test_config_of_version_0_1_loads)
         "    \"ngram_buckets\": 262144,\n", "    \"temperature\": 1\n",
         "    \"wide_order\": 3,\n", "    \"wide_buckets\": 1048576,\n",
         "    \"crop_frac\": 0.5,\n", "    \"crop_min\": 1,\n", "    \"crop_max\": 64,\n",
-        "    \"label_smoothing\": 0,\n", "    \"token_dropout\": 0,\n", "    \"ema\": 0\n",
+        "    \"label_smoothing\": 0,\n", "    \"token_dropout\": 0,\n", "    \"ema\": 0.999\n",
         "    \"objective\": \"classification\",\n", "    \"mask_frac\": 0.15,\n",
         "    \"init_model\": \"\",\n",
     };
@@ -1163,7 +1163,7 @@ START_TEST(test_config_missing_keys)
     const struct { const char *cut; const char *want; } cases[] = {
         {"    \"d_ff\": 256,\n", "x.json: model.d_ff: missing required key"},
         {"    \"casefold\": true,\n", "x.json: tokenizer.casefold: missing required key"},
-        {"    \"ema\": 0\n", NULL /* leaves a trailing comma: not JSON */},
+        {"    \"ema\": 0.999\n", NULL /* leaves a trailing comma: not JSON */},
         {"    \"seed\": 1,\n", "x.json: training.seed: missing required key"},
         {"    \"date\": \"\",\n", "x.json: provenance.date: missing required key"},
         {"  \"labels\": [\"negative\", \"positive\"],\n", "x.json: labels: missing required key"},

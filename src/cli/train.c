@@ -171,14 +171,14 @@ void cli_print_training_options(cli_training_kind kind)
                t->val_split, t->eval_every, t->patience, t->crop_frac, t->crop_min, t->crop_max,
                (double)t->label_smoothing, (double)t->token_dropout);
     printf("      --ema X            evaluate and save a moving average of the weights with\n"
-           "                         decay X per step (e.g. 0.998); 0 = the weights themselves [%g]\n"
+           "                         decay X per step; 0 = the weights themselves [%g]\n"
            "      --max-steps N      stop after N steps in all, 0 = no limit; the schedule still\n"
            "                         spans all epochs, so the run can be resumed and continued\n"
            "      --seed N           seed of every random choice; the same seed gives the same\n"
            "                         model bitwise, whatever --threads [%llu]\n"
            "      --threads N        threads to use [all cores]\n"
            "\n",
-           (double)t->ema, (unsigned long long)t->seed);
+           pretrain ? 0.0 : (double)t->ema, (unsigned long long)t->seed);
     ac_config_free(&d);
 }
 
@@ -607,6 +607,8 @@ static void apply_overrides(ac_config *c, const train_args *a)
         t->crop_frac = 0.0;
         t->label_smoothing = 0.0f;
         t->token_dropout = 0.0f;
+        if (!v[OPT_EMA].set)
+            t->ema = 0.0f; /* the weight average is measured for classifiers only */
         c->model.wide_order = 0; /* a classifier's head: the fine-tuning run's choice */
         c->model.wide_buckets = 0;
         if (!v[OPT_VAL_SPLIT].set) t->val_split = PRETRAIN_VAL_SPLIT;

@@ -80,7 +80,7 @@ void ac_config_defaults(ac_config *c)
         .crop_max = 64,
         .label_smoothing = 0.0f,
         .token_dropout = 0.0f,
-        .ema = 0.0f,
+        .ema = 0.999f,
         .mask_frac = AC_MLM_MASK_FRAC,
     };
     snprintf(c->provenance.version, sizeof c->provenance.version, "%s", AC_VERSION);

@@ -24,7 +24,10 @@ int ac_ema_init(ac_ema *e, const ac_model *m, double decay, long step, ac_err *e
         return ac_err_set(err, "out of memory for the averaged weights (%.0f MiB)",
                           (double)(e->n * sizeof(float) * 2) / 1048576.0);
     }
-    memcpy(e->avg, m->params, e->n * sizeof *e->avg);
+    /* From zero, corrected at use (see ema.h): the weights before training
+     * are no part of the average. */
+    memset(e->avg, 0, e->n * sizeof *e->avg);
+    e->steps = step;
     for (int64_t r = 0; r < e->rows; r++)
         e->row_step[r] = step;
     return 0;
@@ -82,26 +85,43 @@ void ac_ema_after_step(ac_ema *e, const ac_model *m, long steps_done)
             e->row_step[e->row_base[k] + r->rows[j]] = steps_done;
         }
     }
+    e->steps = steps_done;
 }
 
-void ac_ema_catch_up(ac_ema *e, const ac_model *m, long steps_done)
-{
-    for (int k = 0; k < AC_SPARSE_TABLES; k++) {
-        if (m->sparse[k].tensor < 0)
-            continue;
-#pragma omp parallel for schedule(static)
-        for (int64_t r = 0; r < m->sparse[k].n_table_rows; r++)
-            catch_up_row(e, m, k, r, steps_done);
-    }
-}
-
+/* The model gets the corrected average: dense weights at once, each table
+ * row brought up to date as of the last step on the way, without writing it
+ * back, so that evaluating (or not) never changes the average's later bits. */
 void ac_ema_swap_in(ac_ema *e, ac_model *m)
 {
     if (e->swapped)
         return;
     memcpy(e->raw, m->params, e->n * sizeof *e->raw);
-    memcpy(m->params, e->avg, e->n * sizeof *e->avg);
     e->swapped = 1;
+    if (e->steps == 0) /* before the first step there is nothing to average */
+        return;
+    const float scale = (float)(1.0 / (1.0 - pow(e->decay, (double)e->steps)));
+    float *p = m->params;
+    const float *avg = e->avg;
+    const long n = (long)m->dense_params;
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < n; i++)
+        p[i] = avg[i] * scale;
+    for (int k = 0; k < AC_SPARSE_TABLES; k++) {
+        const ac_sparse_rows *t = &m->sparse[k];
+        if (t->tensor < 0)
+            continue;
+        const size_t w = (size_t)t->width;
+        const long *row_step = e->row_step + e->row_base[k];
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < t->n_table_rows; r++) {
+            const size_t at = t->offset + (size_t)r * w;
+            const float keep = (float)pow(e->decay, (double)(e->steps - row_step[r]));
+            for (size_t i = 0; i < w; i++) {
+                const float trained = e->raw[at + i];
+                p[at + i] = (trained + (avg[at + i] - trained) * keep) * scale;
+            }
+        }
+    }
 }
 
 void ac_ema_swap_out(ac_ema *e, ac_model *m)

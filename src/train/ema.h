@@ -1,11 +1,17 @@
 /* Internal to src/train: an exponential moving average of the weights, used
  * for evaluation and for the saved model (Polyak averaging).
  *
- * After every step k: avg = decay * avg + (1 - decay) * params. The n-gram
+ * After every step k: avg = decay * avg + (1 - decay) * params, from avg = 0,
+ * and what is used is avg / (1 - decay^k) (Adam's bias correction): an average
+ * of the trained weights only, their weights summing to one. (Started from the
+ * initial weights, a run of a few hundred steps at decay 0.999 evaluated and
+ * saved mostly its initialisation.) A run much shorter than 1 / (1 - decay)
+ * steps averages nearly evenly over all its steps. The n-gram
  * table is updated lazily like its AdamW: a row the batch did not touch kept
  * the same value p since its last update at step s, so its average at step k
  * is exactly p + (avg_s - p) * decay^(k - s); it is brought up to date only
- * when the row is touched again or the average is needed. Same bits for any
+ * when the row is touched again, and computed so (not stored) when the average
+ * is read, so that reading it never changes later bits. Same bits for any
  * thread count (element-wise only). */
 #ifndef ATTNCTL_TRAIN_EMA_H
 #define ATTNCTL_TRAIN_EMA_H
@@ -25,9 +31,10 @@ typedef struct {
     long *row_step;    /* [rows]: step up to which each row's average is current */
     int64_t row_base[AC_SPARSE_TABLES]; /* each table's first entry in row_step */
     int swapped;       /* the model holds the average */
+    long steps;        /* steps averaged (the bias correction's k) */
 } ac_ema;
 
-/* avg = the model's current weights, current as of step. */
+/* avg = 0 as of step (a resumed run then loads its saved avg). */
 int ac_ema_init(ac_ema *e, const ac_model *m, double decay, long step, ac_err *err);
 void ac_ema_free(ac_ema *e);
 /* Between backward and the optimizer step of step `step` (0-based): brings
@@ -35,9 +42,8 @@ void ac_ema_free(ac_ema *e);
 void ac_ema_before_step(ac_ema *e, const ac_model *m, long step);
 /* After the optimizer step: the average of step `steps_done`. */
 void ac_ema_after_step(ac_ema *e, const ac_model *m, long steps_done);
-/* Every row current as of steps_done (before the average is read or saved). */
-void ac_ema_catch_up(ac_ema *e, const ac_model *m, long steps_done);
-/* Puts the average into the model (keeping the trained weights), and back. */
+/* Puts the corrected average into the model (keeping the trained weights; the
+ * weights themselves before the first step), and back. */
 void ac_ema_swap_in(ac_ema *e, ac_model *m);
 void ac_ema_swap_out(ac_ema *e, ac_model *m);
 

@@ -386,16 +386,28 @@ static char *ema_path(const trainer *t, long step, ac_err *err)
     return trainer_path_join(t->ckpt_dir, name, err);
 }
 
+/* The step up to which each table row's average is current, stored as two
+ * float tensors that hold it exactly (step = hi * 2^20 + lo, each < 2^24). */
+#define EMA_ROW_STEP_HI "ema_row_step.hi"
+#define EMA_ROW_STEP_LO "ema_row_step.lo"
+#define EMA_ROW_STEP_SPLIT 1048576L
+
+/* The average as it is, rows not brought up to date: a resumed run must hold
+ * the same lazy state as one never stopped, since bringing a row up to date
+ * twice rounds differently from once. */
 static int save_ema(trainer *t, ac_err *err)
 {
     const ac_model *m = &t->model;
-    ac_ema_catch_up(&t->ema, m, t->state.step);
-    ac_st_entry *entries = calloc((size_t)m->n_tensors, sizeof *entries);
+    const ac_ema *e = &t->ema;
+    const int n = m->n_tensors + (e->rows > 0 ? 2 : 0);
+    ac_st_entry *entries = calloc((size_t)n, sizeof *entries);
     char (*names)[AC_PARAM_NAME_LEN + 8] = calloc((size_t)m->n_tensors, sizeof *names);
+    float *hi = malloc((size_t)(e->rows ? e->rows : 1) * sizeof *hi);
+    float *lo = malloc((size_t)(e->rows ? e->rows : 1) * sizeof *lo);
     char *path = ema_path(t, t->state.step, err);
     int rc = -1;
-    if (!entries || !names || !path) {
-        if (entries && names)
+    if (!entries || !names || !hi || !lo || !path) {
+        if (path)
             ac_err_set(err, "out of memory");
         goto done;
     }
@@ -404,14 +416,52 @@ static int save_ema(trainer *t, ac_err *err)
         snprintf(names[i], sizeof names[i], "ema.%s", p->name);
         entries[i] = (ac_st_entry){.name = names[i], .ndim = p->ndim,
                                    .shape = {p->shape[0], p->shape[1]},
-                                   .data = t->ema.avg + p->offset};
+                                   .data = e->avg + p->offset};
     }
-    rc = ac_st_save(path, entries, m->n_tensors, NULL, 0, err);
+    if (e->rows > 0) {
+        for (int64_t r = 0; r < e->rows; r++) {
+            hi[r] = (float)(e->row_step[r] / EMA_ROW_STEP_SPLIT);
+            lo[r] = (float)(e->row_step[r] % EMA_ROW_STEP_SPLIT);
+        }
+        entries[n - 2] = (ac_st_entry){.name = EMA_ROW_STEP_HI, .ndim = 1, .shape = {e->rows},
+                                       .data = hi};
+        entries[n - 1] = (ac_st_entry){.name = EMA_ROW_STEP_LO, .ndim = 1, .shape = {e->rows},
+                                       .data = lo};
+    }
+    rc = ac_st_save(path, entries, n, NULL, 0, err);
 done:
     free(entries);
     free(names);
+    free(hi);
+    free(lo);
     free(path);
     return rc;
+}
+
+/* The rows' steps of a saved average; a file without them (attnctl before
+ * 0.3 brought every row up to date before saving) is current as of its step. */
+static int load_ema_row_steps(trainer *t, const ac_safetensors *st, const char *path, int *found,
+                              ac_err *err)
+{
+    ac_ema *e = &t->ema;
+    const ac_st_tensor *th = ac_st_find(st, EMA_ROW_STEP_HI), *tl = ac_st_find(st, EMA_ROW_STEP_LO);
+    *found = (th != NULL) + (tl != NULL);
+    if (!th && !tl)
+        return 0; /* row_step stays at the checkpoint's step (ac_ema_init) */
+    const float *hi = th ? ac_st_f32(st, th) : NULL, *lo = tl ? ac_st_f32(st, tl) : NULL;
+    const size_t bytes = (size_t)e->rows * sizeof(float);
+    if (!hi || !lo || th->end - th->begin != bytes || tl->end - tl->begin != bytes)
+        return ac_err_set(err, "%s: tensors \"%s\" and \"%s\" are missing or have the wrong size",
+                          path, EMA_ROW_STEP_HI, EMA_ROW_STEP_LO);
+    for (int64_t r = 0; r < e->rows; r++) {
+        double step = (double)hi[r] * (double)EMA_ROW_STEP_SPLIT + (double)lo[r];
+        if (!(lo[r] >= 0 && lo[r] < (float)EMA_ROW_STEP_SPLIT && hi[r] >= 0) ||
+            floorf(hi[r]) != hi[r] || floorf(lo[r]) != lo[r] || step > (double)t->state.step)
+            return ac_err_set(err, "%s: row %lld of the averaged tables has step %g, not one of "
+                                   "0..%ld", path, (long long)r, step, t->state.step);
+        e->row_step[r] = (long)step;
+    }
+    return 0;
 }
 
 /* Removes the averaged weights of every other step. */
@@ -461,8 +511,11 @@ static int load_ema(trainer *t, ac_err *err)
         else
             memcpy(t->ema.avg + p->offset, src, p->numel * sizeof(float));
     }
-    if (rc == 0 && st.n != m->n_tensors)
-        rc = ac_err_set(err, "%s: %d tensors, expected %d", path, st.n, m->n_tensors);
+    int row_tensors = 0;
+    if (rc == 0)
+        rc = load_ema_row_steps(t, &st, path, &row_tensors, err);
+    if (rc == 0 && st.n != m->n_tensors + row_tensors)
+        rc = ac_err_set(err, "%s: %d tensors, expected %d", path, st.n, m->n_tensors + row_tensors);
     if (loaded)
         ac_st_free(&st);
     free(path);
@@ -1473,9 +1526,14 @@ static int evaluate_and_save(trainer *t, session_stats *s, ac_train_result *res,
 {
     double val_loss = NAN, val_accuracy = NAN, span_loss = NAN, span_accuracy = NAN;
     double temperature = NAN, ece = NAN, val_majority = NAN, span_majority = NAN;
-    /* With averaging, the average is what is evaluated and kept as the model. */
+    /* With averaging, the average is what is evaluated and kept as the model.
+     * The checkpoint keeps the trained weights, which the evaluation then
+     * does not see: they are checked here, before anything is written. */
     if (t->have_ema) {
-        ac_ema_catch_up(&t->ema, &t->model, t->state.step);
+        const float *p = t->model.params;
+        for (size_t i = 0; i < t->model.n_params; i++)
+            if (!isfinite(p[i]))
+                return trainer_non_finite_error(t, t->state.step, "a trained weight", p[i], err);
         ac_ema_swap_in(&t->ema, &t->model);
     }
     const int masked_lm = t->cfg.model.objective == AC_OBJECTIVE_MASKED_LM;
