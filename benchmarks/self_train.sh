@@ -1,9 +1,10 @@
 #!/bin/sh
 # Self-training on unlabelled reviews (issue 13's lever that measured): a trained model
 # labels the unlabelled reviews, the ones it is sure of join the labelled training data,
-# and the same recipe is trained again on the union.
+# and the same recipe is trained again on the union. TEACHER_DIR may name several models,
+# comma-separated: their probabilities are averaged (an ensemble labels better than one).
 #
-#   benchmarks/self_train.sh TEACHER_DIR TRAIN.csv[.gz] UNLABELLED.csv[.gz] OUT_DIR [TRAIN OPTIONS...]
+#   benchmarks/self_train.sh TEACHER_DIR[,DIR...] TRAIN.csv[.gz] UNLABELLED.csv[.gz] OUT_DIR [TRAIN OPTIONS...]
 #   benchmarks/self_train.sh /tmp/base ../shared/data/imdb/train.csv.gz \
 #       ../shared/data/imdb/unsup.csv.gz /tmp/self --val-file VAL.csv
 #
@@ -14,7 +15,7 @@
 # The pseudo-labelled rows, the union and the validation rows are written under
 # OUT_DIR.work/ (cut from the data: keep them out of the repository).
 set -eu
-[ $# -ge 4 ] || { sed -n '2,13p' "$0" >&2; exit 2; }
+[ $# -ge 4 ] || { sed -n '2,14p' "$0" >&2; exit 2; }
 teacher=$1 train=$2 unlabelled=$3 out=$4
 shift 4
 here=$(cd "$(dirname "$0")" && pwd)
@@ -25,11 +26,17 @@ VAL_SHARE=${VAL_SHARE:-0.1}
 work=$out.work
 mkdir -p "$work"
 
-"$ATTNCTL" predict --model "$teacher" --csv "$unlabelled" >"$work/unlabelled.pred"
-python3 - "$train" "$unlabelled" "$work/unlabelled.pred" "$THRESHOLD" "$work/union.csv" \
+preds=
+n=0
+for dir in $(echo "$teacher" | tr ',' ' '); do
+    n=$((n + 1))
+    "$ATTNCTL" predict --model "$dir" --csv "$unlabelled" --json >"$work/unlabelled.$n.jsonl"
+    preds="$preds${preds:+,}$work/unlabelled.$n.jsonl"
+done
+python3 - "$train" "$unlabelled" "$preds" "$THRESHOLD" "$work/union.csv" \
     "$VAL_SHARE" "$work/val.csv" <<'PY'
-import csv, gzip, random, sys
-train, unlabelled, preds, threshold, union, val_share, val_path = sys.argv[1:]
+import csv, gzip, json, random, sys
+train, unlabelled, pred_paths, threshold, union, val_share, val_path = sys.argv[1:]
 csv.field_size_limit(1 << 30)
 
 def rows(path):
@@ -39,9 +46,17 @@ def rows(path):
 
 # predict --csv skips the rows with empty text, as the CSV reader does
 texts = [r["review"] for r in rows(unlabelled) if r["review"].strip()]
-verdicts = [line.rstrip("\n").split("\t") for line in open(preds, encoding="utf-8")]
-if len(texts) != len(verdicts):
-    sys.exit("self_train.sh: %d unlabelled texts but %d predictions" % (len(texts), len(verdicts)))
+# the teachers' probabilities, averaged per label
+summed = None
+for path in pred_paths.split(","):
+    probs = [json.loads(line)["probabilities"] for line in open(path, encoding="utf-8")]
+    if len(texts) != len(probs):
+        sys.exit("self_train.sh: %d unlabelled texts but %d predictions in %s"
+                 % (len(texts), len(probs), path))
+    summed = probs if summed is None else [
+        {k: a[k] + b[k] for k in a} for a, b in zip(summed, probs)]
+n_teachers = len(pred_paths.split(","))
+verdicts = [max(((v / n_teachers, k) for k, v in p.items()))[::-1] for p in summed]
 kept = 0
 per_label = {}
 labelled = [(r["review"], r["sentiment"]) for r in rows(train)]
