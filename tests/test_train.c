@@ -473,21 +473,28 @@ START_TEST(test_resume_after_max_steps_is_bitwise)
 }
 END_TEST
 
-/* The lazy average of the row-sparse tables (n-grams, wide path) equals the
- * plain per-step average computed densely: rows untouched for k steps catch up
- * by decay^k exactly (to float rounding). Weights move by hand: dense ones
- * every step, a table's row only in the steps that "touch" it. */
-START_TEST(test_ema_lazy_rows_match_dense_average)
+/* A tiny model with both row-sparse tables (n-grams, wide path). */
+static void create_tables_model(ac_model *m)
 {
     ac_model_config mc = {.vocab_size = 9, .max_len = 4, .d_model = 4, .n_heads = 2, .d_ff = 6,
                           .n_layers = 1, .n_classes = 2, .pooling = AC_POOL_MEAN,
                           .ln_eps = 1e-6f, .positions = AC_POS_LEARNED, .ngram_order = 2,
                           .ngram_buckets = 7, .wide_order = 2, .wide_buckets = 5,
                           .temperature = 1.0f};
+    ac_err err;
+    ck_assert_msg(ac_model_create(m, &mc, &err) == 0, "%s", err.msg);
+    ac_model_init_weights(m, 3);
+}
+
+/* The lazy average of the row-sparse tables (n-grams, wide path) equals the
+ * plain per-step average computed densely: rows untouched for k steps catch up
+ * by decay^k exactly (to float rounding). Weights move by hand: dense ones
+ * every step, a table's row only in the steps that "touch" it. */
+START_TEST(test_ema_lazy_rows_match_dense_average)
+{
     ac_model m;
     ac_err err;
-    ck_assert_msg(ac_model_create(&m, &mc, &err) == 0, "%s", err.msg);
-    ac_model_init_weights(&m, 3);
+    create_tables_model(&m);
     for (size_t i = 0; i < m.n_params; i++)
         m.params[i] = 0.01f * (float)(i % 17);
     const double decay = 0.9;
@@ -552,15 +559,9 @@ END_TEST
  * mostly its random initial weights). Before any step it is the weights. */
 START_TEST(test_ema_is_an_average_of_trained_weights_only)
 {
-    ac_model_config mc = {.vocab_size = 9, .max_len = 4, .d_model = 4, .n_heads = 2, .d_ff = 6,
-                          .n_layers = 1, .n_classes = 2, .pooling = AC_POOL_MEAN,
-                          .ln_eps = 1e-6f, .positions = AC_POS_LEARNED, .ngram_order = 2,
-                          .ngram_buckets = 7, .wide_order = 2, .wide_buckets = 5,
-                          .temperature = 1.0f};
     ac_model m;
     ac_err err;
-    ck_assert_msg(ac_model_create(&m, &mc, &err) == 0, "%s", err.msg);
-    ac_model_init_weights(&m, 3);
+    create_tables_model(&m);
     ac_ema e;
     ck_assert_msg(ac_ema_init(&e, &m, 0.999, 0, &err) == 0, "%s", err.msg);
     float *start = malloc(m.n_params * sizeof *start);
