@@ -408,6 +408,127 @@ START_TEST(test_predict_hostile_input)
 }
 END_TEST
 
+
+/* Self-training (train --teacher --unlabelled): the texts the teacher is sure
+ * of join the training rows, never the validation rows; a run cut short
+ * resumes to the same bytes, labelling again; a resumed run whose teacher
+ * now chooses other texts, a teacher with other classes and the options'
+ * misuse are clear errors. */
+#define SMALL_MODEL                                                                                \
+    "--seed", "11", "--d-model", "16", "--heads", "2", "--ff", "32", "--max-len", "48",           \
+        "--batch-size", "16", "--ema", "0"
+#define UNLABELLED_CSV "data/sample_test.csv"
+
+static long number_before(const char *text, const char *words)
+{
+    const char *at = strstr(text, words);
+    ck_assert_msg(at, "no '%s' in: %s", words, text);
+    while (at > text && at[-1] == ' ')
+        at--;
+    while (at > text && at[-1] >= '0' && at[-1] <= '9')
+        at--;
+    return strtol(at, NULL, 10);
+}
+
+START_TEST(test_self_training)
+{
+    char teacher[1024], student[1024], cut[1024], other[1024], other_csv[1200];
+    work_dir(teacher, sizeof teacher, "st-teacher");
+    work_dir(student, sizeof student, "st-student");
+    work_dir(cut, sizeof cut, "st-cut");
+    work_dir(other, sizeof other, "st-other");
+    rmdir(teacher);
+    rmdir(student);
+    rmdir(cut);
+    const char *train_teacher[] = {"train", TRAIN_CSV, "--out", teacher, "--epochs", "3",
+                                   SMALL_MODEL, "--quiet", NULL};
+    run_result r = run(train_teacher);
+    ck_assert_msg(r.status == 0, "teacher: %s", r.err);
+
+    const char *self[] = {"train", TRAIN_CSV, "--out", student, "--epochs", "3", SMALL_MODEL,
+                          "--teacher", teacher, "--unlabelled", UNLABELLED_CSV,
+                          "--pseudo-threshold", "0.55", NULL};
+    r = run(self);
+    ck_assert_msg(r.status == 0, "student: %s", r.err);
+    long kept = number_before(r.err, "of 200 texts at p >= 0.55 join the 600 training rows");
+    ck_assert_msg(kept > 0 && kept <= 200, "%s", r.err);
+    /* the labelled file's split as without them (540 + 60); all pseudo rows train */
+    ck_assert_int_eq(number_before(r.err, "training rows, 60 validation rows"), 540 + kept);
+    char run_json[1200];
+    snprintf(run_json, sizeof run_json, "%s/checkpoint/run.json", student);
+    size_t len;
+    char *json = read_all(run_json, &len);
+    ck_assert_ptr_nonnull(json);
+    char want[64];
+    snprintf(want, sizeof want, "\"rows\":\t%ld", kept);
+    ck_assert_msg(strstr(json, "\"self_training\"") && strstr(json, want), "%s", json);
+    free(json);
+
+    /* stopped by SIGTERM after the first evaluation, resumed: the same model */
+    const char *first[] = {"train", TRAIN_CSV, "--out", cut, "--epochs", "3", SMALL_MODEL,
+                           "--teacher", teacher, "--unlabelled", UNLABELLED_CSV,
+                           "--pseudo-threshold", "0.55", NULL};
+    run_options stop = {.signal = SIGTERM, .signal_after_line = 5};
+    r = run_opts(first, &stop);
+    ck_assert_msg(r.status == 143 && strstr(r.err, "--resume"), "first part: exit %d: %s",
+                  r.status, r.err);
+    const char *resume[] = {"train", "--resume", cut, "--quiet", NULL};
+    r = run(resume);
+    ck_assert_msg(r.status == 0, "resume: %s", r.err);
+    char a[1200], b[1200];
+    snprintf(a, sizeof a, "%s/model.safetensors", student);
+    snprintf(b, sizeof b, "%s/model.safetensors", cut);
+    ck_assert_msg(same_file(a, b), "the resumed self-training run differs");
+
+    /* other unlabelled texts: resuming with them is refused */
+    const char *with_other_texts[] = {"train", "--resume", cut, "--unlabelled",
+                                      "data/short_reviews.csv", NULL};
+    r = run(with_other_texts);
+    ck_assert_msg(r.status == 1 && strstr(r.err, "now choose other texts"), "exit %d: %s",
+                  r.status, r.err);
+
+    /* a teacher with other classes */
+    snprintf(other_csv, sizeof other_csv, "%s/labels.csv", other);
+    char cmd[3000];
+    snprintf(cmd, sizeof cmd, "sed 's/,positive$/,good/; s/,negative$/,bad/' %s > '%s'",
+             TRAIN_CSV, other_csv);
+    ck_assert_int_eq(system(cmd), 0);
+    char other_model[1100], out[1100];
+    snprintf(other_model, sizeof other_model, "%s/model", other);
+    snprintf(out, sizeof out, "%s/student", other);
+    const char *train_other[] = {"train", other_csv, "--out", other_model, "--epochs", "1",
+                                 SMALL_MODEL, "--quiet", NULL};
+    r = run(train_other);
+    ck_assert_msg(r.status == 0, "%s", r.err);
+    const char *mismatch[] = {"train", TRAIN_CSV, "--out", out, "--teacher", other_model,
+                              "--unlabelled", UNLABELLED_CSV, NULL};
+    r = run(mismatch);
+    ck_assert_msg(r.status == 1 && strstr(r.err, "class 'bad'"), "exit %d: %s", r.status, r.err);
+    ck_assert_int_eq(access(out, F_OK), -1);
+
+    /* misuse */
+    const char *no_texts[] = {"train", TRAIN_CSV, "--out", out, "--teacher", teacher, NULL};
+    r = run(no_texts);
+    ck_assert_msg(r.status == 2 && strstr(r.err, "go together"), "exit %d: %s", r.status, r.err);
+    const char *bad_p[] = {"train", TRAIN_CSV, "--out", out, "--teacher", teacher,
+                           "--unlabelled", UNLABELLED_CSV, "--pseudo-threshold", "1.5", NULL};
+    r = run(bad_p);
+    ck_assert_msg(r.status == 2 && strstr(r.err, "--pseudo-threshold"), "exit %d: %s", r.status,
+                  r.err);
+    const char *missing[] = {"train", TRAIN_CSV, "--out", out, "--teacher", teacher,
+                             "--unlabelled", "no/such/texts.csv", NULL};
+    r = run(missing);
+    ck_assert_msg(r.status == 1 && strstr(r.err, "no/such/texts.csv"), "exit %d: %s", r.status,
+                  r.err);
+    const char *no_teacher[] = {"train", TRAIN_CSV, "--out", out, "--teacher", "no/such/model",
+                                "--unlabelled", UNLABELLED_CSV, NULL};
+    r = run(no_teacher);
+    ck_assert_msg(r.status == 1 && strstr(r.err, "no/such/model"), "exit %d: %s", r.status,
+                  r.err);
+    ck_assert_int_eq(access(out, F_OK), -1);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("faults");
@@ -418,6 +539,7 @@ int main(void)
     tcase_add_test(tc, test_unwritable_output);
     tcase_add_test(tc, test_out_of_memory_is_refused_up_front);
     tcase_add_test(tc, test_predict_hostile_input);
+    tcase_add_test(tc, test_self_training);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

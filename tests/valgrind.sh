@@ -54,6 +54,10 @@ step pretrain 0 $vg "$bin" pretrain data/sample_train.csv --out "$work/mlm" --ep
     --quiet
 step finetune 0 $vg "$bin" train --init "$work/mlm" data/sample_train.csv --out "$work/finetuned" \
     --epochs 1 --batch-size 16 --wide-buckets 1021 --threads 2 --quiet
+step self-training 0 $vg "$bin" train data/sample_train.csv --teacher "$model" \
+    --unlabelled data/sample_test.csv --pseudo-threshold 0.5 --out "$work/student" --epochs 1 \
+    --d-model 16 --heads 2 --ff 32 --max-len 32 --batch-size 16 --ngram-buckets 1021 \
+    --wide-buckets 1021 --threads 2 --quiet
 step inspect-pretrained 0 $vg "$bin" inspect --model "$work/mlm" --format html \
     --out "$work/pretrained.html" "What a wonderful, moving film."
 step eval-pretrained 1 $vg "$bin" eval --model "$work/mlm" data/sample_test.csv

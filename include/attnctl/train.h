@@ -128,6 +128,14 @@ typedef struct {
      * classifier head is new. The model section of config must agree with
      * it (ac_train_init_config makes it so). */
     const char *init_dir;
+    /* Self-training (classification): the last n_pseudo rows of train were
+     * labelled by teacher models (attnctl train --teacher): they are training
+     * rows only, never validation rows. What made them is recorded in
+     * checkpoint/run.json for --resume, which labels them again and checks
+     * that pseudo_sha256 (of the chosen rows, their labels and texts) is the same. */
+    int64_t n_pseudo;
+    const char *unlabelled_path, *teachers, *pseudo_sha256;
+    double pseudo_threshold;
     /* Data-parallel training (attnctl/comm.h): every rank calls ac_train
      * with the same options; each computes its share of every step's
      * micro-batches and of each evaluation, the gradients are summed
@@ -187,6 +195,12 @@ typedef struct {
     char **text_files;
     char **text_sha256;
     ac_text_format text_format;
+    /* self-training: empty teachers when the run had none */
+    char unlabelled_file[4096];
+    char teachers[8192];      /* comma-separated model directories */
+    double pseudo_threshold;
+    int64_t n_pseudo;
+    char pseudo_sha256[65];
 } ac_train_sources;
 
 int ac_train_sources_load(const char *out_dir, ac_train_sources *s, ac_err *err);

@@ -3,6 +3,7 @@
  * stderr and a clean, resumable stop on SIGINT/SIGTERM. pretrain.c holds
  * the pretrain command's help. */
 #include <getopt.h>
+#include <omp.h>
 #include <stddef.h>
 #include <limits.h>
 #include <math.h>
@@ -19,6 +20,7 @@
 #include "attnctl/train.h"
 #include "cli.h"
 #include "parallel.h"
+#include "pseudo.h"
 #include "progress.h"
 
 /* The one piece of global state: a signal handler can only reach a global.
@@ -37,7 +39,8 @@ enum {
     OPT_VAL_FILE, OPT_PATIENCE, OPT_EVAL_EVERY, OPT_SEED, OPT_THREADS, OPT_TEXT_COLUMN,
     OPT_LABEL_COLUMN, OPT_MAX_STEPS, OPT_RESUME, OPT_QUIET, OPT_HELP, OPT_POSITIONS, OPT_NGRAMS,
     OPT_NGRAM_BUCKETS, OPT_CROP, OPT_CROP_MIN, OPT_CROP_MAX, OPT_LABEL_SMOOTHING, OPT_TOKEN_DROPOUT,
-    OPT_EMA, OPT_INIT, OPT_MASK_FRAC, OPT_FORMAT, OPT_MICRO_BATCH, OPT_WIDE, OPT_WIDE_BUCKETS, OPT_END
+    OPT_EMA, OPT_INIT, OPT_MASK_FRAC, OPT_FORMAT, OPT_MICRO_BATCH, OPT_WIDE, OPT_WIDE_BUCKETS, OPT_TEACHER,
+    OPT_UNLABELLED, OPT_PSEUDO_THRESHOLD, OPT_END
 };
 
 static const struct option LONG_OPTIONS[] = {
@@ -83,6 +86,9 @@ static const struct option LONG_OPTIONS[] = {
     {"token-dropout", required_argument, NULL, OPT_TOKEN_DROPOUT},
     {"ema", required_argument, NULL, OPT_EMA},
     {"init", required_argument, NULL, OPT_INIT},
+    {"teacher", required_argument, NULL, OPT_TEACHER},
+    {"unlabelled", required_argument, NULL, OPT_UNLABELLED},
+    {"pseudo-threshold", required_argument, NULL, OPT_PSEUDO_THRESHOLD},
     {"mask-frac", required_argument, NULL, OPT_MASK_FRAC},
     {"format", required_argument, NULL, OPT_FORMAT},
     {"quiet", no_argument, NULL, OPT_QUIET},
@@ -102,13 +108,17 @@ typedef struct {
 /* Options of one command only. */
 static const int TRAIN_ONLY[] = {OPT_VAL_FILE, OPT_LABEL_COLUMN, OPT_CROP, OPT_CROP_MIN,
                                  OPT_CROP_MAX, OPT_LABEL_SMOOTHING, OPT_TOKEN_DROPOUT, OPT_INIT,
-                                 OPT_WIDE, OPT_WIDE_BUCKETS};
+                                 OPT_WIDE, OPT_WIDE_BUCKETS, OPT_TEACHER, OPT_UNLABELLED,
+                                 OPT_PSEUDO_THRESHOLD};
 static const int PRETRAIN_ONLY[] = {OPT_MASK_FRAC, OPT_FORMAT};
 
 /* What a resumed run may still be given: anything else would break the
  * promise that it continues exactly as the original run would have. */
 static const int RESUME_ALLOWED[] = {OPT_RESUME, OPT_OUT, OPT_MAX_STEPS, OPT_THREADS, OPT_QUIET,
-                                     OPT_VAL_FILE, OPT_HELP};
+                                     OPT_VAL_FILE, OPT_TEACHER, OPT_UNLABELLED, OPT_HELP};
+
+/* A text a teacher gives at least this probability joins the training rows. */
+#define DEFAULT_PSEUDO_THRESHOLD 0.9
 
 /* Pretraining without the option: a small held-out share, evaluations
  * every so many steps (an epoch of 75,000 reviews is thousands of steps),
@@ -231,6 +241,7 @@ static void print_help(void)
 {
     printf("usage: attnctl train [OPTIONS] TRAIN.csv[.gz] --out DIR\n"
            "       attnctl train --init PRETRAINED [OPTIONS] TRAIN.csv[.gz] --out DIR\n"
+           "       attnctl train --teacher MODEL --unlabelled TEXTS [OPTIONS] TRAIN.csv --out DIR\n"
            "       attnctl train --resume DIR [--max-steps N] [--threads N] [--quiet]\n"
            "\n"
            "Builds a vocabulary from the training rows, trains the classifier and keeps the\n"
@@ -248,14 +259,24 @@ static void print_help(void)
            "                         its tokenizer, vocabulary and weights (embeddings,\n"
            "                         positions, n-gram table, layers); the classifier head is\n"
            "                         new. Options that would change them are an error\n"
+           "      --teacher DIR[,DIR...]  self-training: these trained models label the texts\n"
+           "                         of --unlabelled (their probabilities averaged), and the\n"
+           "                         texts they are sure of join the training rows with that\n"
+           "                         label (never the validation rows). A student trained so\n"
+           "                         reads more text than the labelled file holds\n"
+           "      --unlabelled FILE  the texts to label: a CSV with a text column, or plain\n"
+           "                         text, one a line (.gz too)\n"
+           "      --pseudo-threshold P  probability a text's label needs to join [%g]\n"
            "      --val-file FILE    validation CSV (default: a stratified --val-split share\n"
            "                         of the training file)\n"
            "      --text-column NAME, --label-column NAME\n"
            "                         columns to read\n"
            "      --resume DIR       continue an interrupted run from DIR/checkpoint with its\n"
            "                         settings and data files (TRAIN and --val-file may be given\n"
-           "                         if they moved; they must be the same data)\n"
-           "\n");
+           "                         if they moved; they must be the same data, and so must\n"
+           "                         the texts --teacher chooses again from --unlabelled)\n"
+           "\n",
+           DEFAULT_PSEUDO_THRESHOLD);
     cli_print_training_options(CLI_TRAIN);
     cli_print_model_options(CLI_TRAIN);
     cli_print_output_help("train");
@@ -447,6 +468,11 @@ static int parse_value(train_args *a, int id, const char *arg)
         v->i = t;
         break;
     }
+    case OPT_PSEUDO_THRESHOLD:
+        if (cli_parse_double(arg, 0, 1, &d))
+            return bad_value(a->cmd, id, arg, "a probability from 0 to 1");
+        v->d = d;
+        break;
     case OPT_MASK_FRAC:
         if (cli_parse_double(arg, 0, 1, &d) || !(d > 0 && d < 1))
             return bad_value(a->cmd, id, arg, "a number with 0 < X < 1");
@@ -466,6 +492,8 @@ static int parse_value(train_args *a, int id, const char *arg)
     case OPT_LABEL_COLUMN:
     case OPT_RESUME:
     case OPT_INIT:
+    case OPT_TEACHER:
+    case OPT_UNLABELLED:
         e = arg[0] == '\0';
         if (e)
             return cli_usage_error(a->cmd, "--%s: empty value", option_name(id));
@@ -539,6 +567,11 @@ static int parse_args(train_args *a, cli_training_kind kind, int argc, char **ar
             return cli_usage_error(a->cmd, "--out and --resume name different directories");
         return 0;
     }
+    if (a->v[OPT_TEACHER].set != a->v[OPT_UNLABELLED].set)
+        return cli_usage_error(a->cmd, "--teacher and --unlabelled go together: the teacher "
+                                       "models label the unlabelled texts");
+    if (a->v[OPT_PSEUDO_THRESHOLD].set && !a->v[OPT_TEACHER].set)
+        return cli_usage_error(a->cmd, "--pseudo-threshold needs --teacher and --unlabelled");
     if (!a->train_path)
         return cli_usage_error(a->cmd, kind == CLI_PRETRAIN
                                            ? "missing text file(s) (TEXT.csv[.gz] or TEXT.txt[.gz])"
@@ -882,6 +915,83 @@ static int resume_sources(train_args *a, const char *out_dir, ac_train_sources *
     return 0;
 }
 
+/* Comma-separated directories made absolute, so that run.json can be
+ * resumed from any working directory (a name that does not resolve is kept
+ * as given: the teacher's loading then says what is wrong). */
+static char *absolute_dirs(const char *list)
+{
+    size_t cap = 1, len = 0;
+    char *out = calloc(1, 1), *copy = strdup(list);
+    if (!out || !copy) {
+        free(out);
+        free(copy);
+        return NULL;
+    }
+    for (char *save = NULL, *dir = strtok_r(copy, ",", &save); dir;
+         dir = strtok_r(NULL, ",", &save)) {
+        char *abs = realpath(dir, NULL);
+        const char *name = abs ? abs : dir;
+        size_t n = strlen(name);
+        char *grown = realloc(out, cap + n + 1);
+        if (!grown) {
+            free(abs);
+            free(out);
+            free(copy);
+            return NULL;
+        }
+        out = grown;
+        cap += n + 1;
+        if (len)
+            out[len++] = ',';
+        memcpy(out + len, name, n + 1);
+        len += n;
+        free(abs);
+    }
+    free(copy);
+    return out;
+}
+
+/* Self-training: the teachers label the unlabelled texts and the ones they
+ * are sure of join train. A resumed run labels them again and must choose
+ * the same rows. Returns 0 (also when stop_signal cut it short) or a CLI exit status. */
+static int add_pseudo_labelled(ac_rawdata *train, const char *unlabelled, const char *teachers,
+                               double threshold, const char *text_column,
+                               const ac_train_sources *resumed, int quiet,
+                               cli_pseudo_result *pr)
+{
+    ac_err err;
+    int64_t n_labelled = train->n_rows;
+    if (!quiet)
+        fprintf(stderr, "attnctl: labelling the texts of %s with %s\n", unlabelled, teachers);
+    int threads = omp_get_max_threads(); /* inference may leave it at 1 */
+    int rc = cli_pseudo_label(train, unlabelled, text_column, teachers, threshold, &stop_signal,
+                              pr, &err);
+    cli_set_threads(threads);
+    if (rc == PSEUDO_STOPPED) /* train unchanged; the caller sees stop_signal */
+        return 0;
+    if (rc != 0)
+        return cli_error("%s", err.msg);
+    if (resumed && (pr->n_kept != resumed->n_pseudo ||
+                    strcmp(pr->sha256, resumed->pseudo_sha256) != 0))
+        return cli_error("resume: the teachers (%s) now choose other texts of %s than when the "
+                         "run started (%lld against %lld, or other labels or texts): the "
+                         "teachers or the file changed",
+                         teachers, unlabelled, (long long)pr->n_kept,
+                         (long long)resumed->n_pseudo);
+    if (!quiet) {
+        fprintf(stderr, "attnctl: %lld of %lld texts at p >= %g join the %lld training rows (",
+                (long long)pr->n_kept, (long long)pr->n_texts, threshold, (long long)n_labelled);
+        for (int k = 0; k < train->n_classes; k++) {
+            int64_t count = 0;
+            for (int64_t i = n_labelled; i < train->n_rows; i++)
+                count += train->labels[i] == k;
+            fprintf(stderr, "%s%s %lld", k ? ", " : "", train->classes[k], (long long)count);
+        }
+        fprintf(stderr, ")\n");
+    }
+    return 0;
+}
+
 static int run_training(cli_training_kind kind, int argc, char **argv, const cli_parallel *par,
                         int *failure_shared)
 {
@@ -918,6 +1028,11 @@ static int run_training(cli_training_kind kind, int argc, char **argv, const cli
     int have_train = 0, have_val = 0, have_handlers = 0;
     saved_signals saved;
     ac_config_defaults(&cfg);
+    const char *unlabelled = NULL;
+    char *teachers = NULL;
+    cli_pseudo_result pseudo;
+    memset(&pseudo, 0, sizeof pseudo);
+    double pseudo_threshold = 0.0;
 
     if (resume) {
         if ((rc = resume_sources(&a, out_dir, &sources, &cfg, &train_path, &val_path,
@@ -953,6 +1068,22 @@ static int run_training(cli_training_kind kind, int argc, char **argv, const cli
     if ((rc = read_data(&a, resume, train_path, val_path, &cfg, &train, &have_train,
                         &val, &have_val, &text_column, label_column)) != 0)
         goto done;
+    if (a.v[OPT_TEACHER].set || (resume && sources.teachers[0])) {
+        unlabelled = a.v[OPT_UNLABELLED].set ? a.v[OPT_UNLABELLED].s : sources.unlabelled_file;
+        teachers = absolute_dirs(a.v[OPT_TEACHER].set ? a.v[OPT_TEACHER].s : sources.teachers);
+        if (!teachers) {
+            rc = cli_error("out of memory");
+            goto done;
+        }
+        double threshold = resume ? sources.pseudo_threshold
+                           : a.v[OPT_PSEUDO_THRESHOLD].set ? a.v[OPT_PSEUDO_THRESHOLD].d
+                                                           : DEFAULT_PSEUDO_THRESHOLD;
+        rc = add_pseudo_labelled(&train, unlabelled, teachers, threshold, text_column,
+                                 resume ? &sources : NULL, quiet, &pseudo);
+        if (rc != 0)
+            goto done;
+        pseudo_threshold = threshold;
+    }
 
     if (stop_signal) { /* nothing was written yet: nothing to resume */
         fprintf(stderr, "attnctl: interrupted before training started; nothing was saved\n");
@@ -981,6 +1112,11 @@ static int run_training(cli_training_kind kind, int argc, char **argv, const cli
         .n_text_paths = kind == CLI_PRETRAIN ? a.n_paths : 0,
         .text_format = (ac_text_format)a.v[OPT_FORMAT].i,
         .init_dir = a.v[OPT_INIT].set ? a.v[OPT_INIT].s : NULL,
+        .n_pseudo = teachers ? pseudo.n_kept : 0,
+        .unlabelled_path = unlabelled,
+        .teachers = teachers,
+        .pseudo_sha256 = teachers ? pseudo.sha256 : NULL,
+        .pseudo_threshold = pseudo_threshold,
         .comm = par->comm,
     };
     ac_train_result result;
@@ -1020,6 +1156,7 @@ done:
         ac_rawdata_free(&val);
     ac_train_sources_free(&sources);
     ac_config_free(&cfg);
+    free(teachers);
     return rc;
 }
 

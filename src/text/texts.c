@@ -101,3 +101,43 @@ int ac_rawdata_read_texts(ac_rawdata *out, const char *const *paths, int n_paths
     }
     return 0;
 }
+
+int ac_rawdata_append_labelled(ac_rawdata *dst, const ac_rawdata *src, const int64_t *rows,
+                               const int32_t *labels, int64_t n, ac_err *err)
+{
+    if (!dst->labels && dst->n_rows > 0)
+        return ac_err_set(err, "appending labelled rows to unlabelled data");
+    size_t old_bytes = dst->n_rows ? (size_t)dst->text_off[dst->n_rows] : 0, add_bytes = 0;
+    for (int64_t i = 0; i < n; i++)
+        add_bytes += (size_t)(src->text_off[rows[i] + 1] - src->text_off[rows[i]]);
+    int64_t total = dst->n_rows + n;
+    size_t slots = (size_t)(total > 0 ? total : 1);
+    char *text = realloc(dst->text_buf, old_bytes + add_bytes + 1);
+    if (!text)
+        return ac_err_set(err, "out of memory for %lld texts", (long long)total);
+    dst->text_buf = text;
+    int64_t *off = realloc(dst->text_off, (slots + 1) * sizeof *off);
+    if (!off)
+        return ac_err_set(err, "out of memory for %lld texts", (long long)total);
+    dst->text_off = off;
+    int64_t *line = realloc(dst->line, slots * sizeof *line);
+    if (!line)
+        return ac_err_set(err, "out of memory for %lld texts", (long long)total);
+    dst->line = line;
+    int32_t *lab = realloc(dst->labels, slots * sizeof *lab);
+    if (!lab)
+        return ac_err_set(err, "out of memory for %lld texts", (long long)total);
+    dst->labels = lab;
+    off[0] = 0;
+    size_t at = old_bytes;
+    for (int64_t i = 0; i < n; i++) {
+        size_t len = (size_t)(src->text_off[rows[i] + 1] - src->text_off[rows[i]]);
+        memcpy(text + at, src->text_buf + src->text_off[rows[i]], len);
+        at += len;
+        off[dst->n_rows + i + 1] = (int64_t)at;
+        line[dst->n_rows + i] = src->line[rows[i]];
+        lab[dst->n_rows + i] = labels[i];
+    }
+    dst->n_rows = total;
+    return 0;
+}

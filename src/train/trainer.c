@@ -123,6 +123,7 @@ static int write_sources(const trainer *t, ac_err *err)
     cJSON *root = cJSON_CreateObject();
     char *abs_train = o->train_path ? realpath(o->train_path, NULL) : NULL;
     char *abs_val = o->val_path ? realpath(o->val_path, NULL) : NULL;
+    char *abs_unlabelled = NULL;
     int rc = -1;
     if (!root)
         goto oom;
@@ -138,6 +139,19 @@ static int write_sources(const trainer *t, ac_err *err)
     if (t->cfg.model.objective == AC_OBJECTIVE_MASKED_LM &&
         pretrain_sources_to_json(t, root, err) != 0)
         goto done;
+    if (o->teachers && o->teachers[0]) {
+        abs_unlabelled = o->unlabelled_path ? realpath(o->unlabelled_path, NULL) : NULL;
+        cJSON *self = cJSON_AddObjectToObject(root, "self_training");
+        if (!self ||
+            !cJSON_AddStringToObject(self, "unlabelled_file",
+                                     abs_unlabelled ? abs_unlabelled
+                                     : o->unlabelled_path ? o->unlabelled_path : "") ||
+            !cJSON_AddStringToObject(self, "teachers", o->teachers) ||
+            !cJSON_AddNumberToObject(self, "threshold", o->pseudo_threshold) ||
+            !cJSON_AddNumberToObject(self, "rows", (double)o->n_pseudo) ||
+            !cJSON_AddStringToObject(self, "sha256", o->pseudo_sha256 ? o->pseudo_sha256 : ""))
+            goto oom;
+    }
     char *text = cJSON_Print(root);
     if (!text)
         goto oom;
@@ -156,6 +170,7 @@ done:
     cJSON_Delete(root);
     free(abs_train);
     free(abs_val);
+    free(abs_unlabelled);
     return rc;
 }
 
@@ -168,6 +183,35 @@ static int json_string_field(const cJSON *root, const char *key, char *dst, size
     char what[256];
     snprintf(what, sizeof what, "%s: %s", path, key);
     return copy_string(dst, cap, item->valuestring, what, err);
+}
+
+/* run.json's "self_training" object, when the run had teachers. */
+static int self_training_from_json(const cJSON *root, ac_train_sources *s, const char *path,
+                                   ac_err *err)
+{
+    const cJSON *self = cJSON_GetObjectItemCaseSensitive(root, "self_training");
+    if (!self)
+        return 0;
+    if (!cJSON_IsObject(self))
+        return ac_err_set(err, "%s: self_training: must be an object", path);
+    if (json_string_field(self, "unlabelled_file", s->unlabelled_file,
+                          sizeof s->unlabelled_file, path, err) ||
+        json_string_field(self, "teachers", s->teachers, sizeof s->teachers, path, err) ||
+        json_string_field(self, "sha256", s->pseudo_sha256, sizeof s->pseudo_sha256, path, err))
+        return -1;
+    const cJSON *threshold = cJSON_GetObjectItemCaseSensitive(self, "threshold");
+    const cJSON *rows = cJSON_GetObjectItemCaseSensitive(self, "rows");
+    if (!cJSON_IsNumber(threshold) || !(threshold->valuedouble >= 0.0) ||
+        threshold->valuedouble > 1.0)
+        return ac_err_set(err, "%s: self_training.threshold: must be a number from 0 to 1", path);
+    if (!cJSON_IsNumber(rows) || !(rows->valuedouble >= 0.0) || rows->valuedouble > 1e15 ||
+        rows->valuedouble != floor(rows->valuedouble))
+        return ac_err_set(err, "%s: self_training.rows: must be a whole number >= 0", path);
+    if (!s->teachers[0])
+        return ac_err_set(err, "%s: self_training.teachers: must not be empty", path);
+    s->pseudo_threshold = threshold->valuedouble;
+    s->n_pseudo = (int64_t)rows->valuedouble;
+    return 0;
 }
 
 int ac_train_sources_load(const char *out_dir, ac_train_sources *s, ac_err *err)
@@ -206,6 +250,8 @@ int ac_train_sources_load(const char *out_dir, ac_train_sources *s, ac_err *err)
                             path);
         if (rc == 0 && s->objective == AC_OBJECTIVE_MASKED_LM)
             rc = pretrain_sources_from_json(root, s, path, err);
+        if (rc == 0)
+            rc = self_training_from_json(root, s, path, err);
         cJSON_Delete(root);
     }
     free(data);
@@ -557,6 +603,10 @@ static int split_rows(trainer *t, ac_err *err)
 {
     const ac_train_options *o = t->opt;
     const ac_train_config *tc = &t->cfg.training;
+    if (o->n_pseudo < 0 || o->n_pseudo >= o->train->n_rows)
+        return ac_err_set(err, "%lld of the %lld training rows are teacher-labelled: at least one "
+                               "must be labelled",
+                          (long long)o->n_pseudo, (long long)o->train->n_rows);
     if (o->val) {
         t->n_train = o->train->n_rows;
         t->n_val = o->val->n_rows;
@@ -577,12 +627,22 @@ static int split_rows(trainer *t, ac_err *err)
                 return ac_err_set(err, "out of memory");
             labels = one_class;
         }
-        int rc = ac_split_stratified(labels, o->train->n_rows, tc->val_split,
+        /* Teacher-labelled rows (at the end) are never held out. */
+        int64_t n_labelled = o->train->n_rows - o->n_pseudo;
+        int rc = ac_split_stratified(labels, n_labelled, tc->val_split,
                                      ac_rng_key(tc->seed, STREAM_SPLIT), &t->train_idx,
                                      &t->n_train, &t->val_idx, &t->n_val, err);
         free(one_class);
         if (rc)
             return ac_err_prefix(err, "validation split");
+        if (o->n_pseudo > 0) {
+            int64_t *idx = realloc(t->train_idx, (size_t)(t->n_train + o->n_pseudo) * sizeof *idx);
+            if (!idx)
+                return ac_err_set(err, "out of memory");
+            t->train_idx = idx;
+            for (int64_t i = 0; i < o->n_pseudo; i++)
+                idx[t->n_train++] = n_labelled + i;
+        }
     } else {
         t->n_train = o->train->n_rows;
         t->n_val = 0;
