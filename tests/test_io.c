@@ -1908,6 +1908,27 @@ END_TEST
 
 /* ------------------------------------------------------------------ runner */
 
+
+/* A prefixed message ends where the old one ended, whatever the buffer held
+ * before. Regression: the end was not written, so the bytes after it in an
+ * uninitialised ac_err (a teacher's load error) came out as garbage. */
+START_TEST(test_err_prefix_ends_the_message)
+{
+    ac_err err;
+    memset(err.msg, 'x', sizeof err.msg);
+    ac_err_set(&err, "short");
+    ck_assert_int_eq(ac_err_prefix(&err, "teacher %d", 2), -1);
+    ck_assert_str_eq(err.msg, "teacher 2: short");
+    char longer[AC_ERR_LEN + 50];
+    memset(longer, 'y', sizeof longer - 1);
+    longer[sizeof longer - 1] = 0;
+    ac_err_set(&err, "%s", longer);
+    ac_err_prefix(&err, "p");
+    ck_assert_uint_eq(strlen(err.msg), AC_ERR_LEN - 1);
+    ck_assert(strncmp(err.msg, "p: yyy", 6) == 0);
+}
+END_TEST
+
 static Suite *io_suite(void)
 {
     Suite *s = suite_create("io");
@@ -1950,6 +1971,7 @@ static Suite *io_suite(void)
     suite_add_tcase(s, tm);
 
     TCase *tf = tcase_create("files");
+    tcase_add_test(tf, test_err_prefix_ends_the_message);
     tcase_add_test(tf, test_write_file_atomic);
     tcase_add_test(tf, test_remove_stale_temps);
     tcase_add_test(tf, test_sha256);

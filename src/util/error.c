@@ -27,8 +27,11 @@ int ac_err_prefix(ac_err *err, const char *fmt, ...)
     va_end(ap);
     /* the prefix gets at most half the message; the rest keeps the old text */
     int n = snprintf(err->msg, sizeof err->msg, "%.*s: ", (int)(sizeof prefix / 2), prefix);
-    if (n > 0 && (size_t)n < sizeof err->msg)
-        memcpy(err->msg + n, old, strnlen(old, sizeof err->msg - (size_t)n - 1));
+    if (n > 0 && (size_t)n < sizeof err->msg) {
+        size_t kept = strnlen(old, sizeof err->msg - (size_t)n - 1);
+        memcpy(err->msg + n, old, kept);
+        err->msg[(size_t)n + kept] = 0;
+    }
     err->msg[sizeof err->msg - 1] = 0;
     return -1;
 }
