@@ -9,6 +9,7 @@
 #include "attnctl/text.h"
 #include "cli.h"
 #include "infer.h"
+#include "progress.h"
 #include "pseudo.h"
 
 /* Labels a teacher's class k maps to in the training data: the same names. */
@@ -33,7 +34,7 @@ static int map_classes(const cli_infer *s, const char *dir, const ac_rawdata *tr
 
 /* Adds one teacher's probabilities of every text to sum[text][training class]. */
 static int add_teacher(const char *dir, const ac_rawdata *texts, const ac_rawdata *train,
-                       double *sum, volatile sig_atomic_t *stop, ac_err *err)
+                       double *sum, volatile sig_atomic_t *stop, int show, ac_err *err)
 {
     cli_infer s;
     ac_corpus corpus;
@@ -43,6 +44,8 @@ static int add_teacher(const char *dir, const ac_rawdata *texts, const ac_rawdat
     if (cli_infer_open(&s, dir, PSEUDO_BATCH, err) != 0)
         return ac_err_prefix(err, "teacher");
     int rc = -1;
+    double last_draw = -1.0; /* no count drawn yet */
+    int64_t done_texts = 0;
     int32_t *map = malloc((size_t)s.n_classes * sizeof *map);
     if (!map) {
         ac_err_set(err, "out of memory");
@@ -56,6 +59,14 @@ static int add_teacher(const char *dir, const ac_rawdata *texts, const ac_rawdat
         goto done;
     }
     for (int64_t b = 0; b < plan.n_batches; b++) {
+        if (show && cli_now() - last_draw >= 0.5) {
+            char done_s[32], all_s[32];
+            cli_format_count(done_s, sizeof done_s, (double)done_texts);
+            cli_format_count(all_s, sizeof all_s, (double)corpus.n);
+            fprintf(stderr, "\r\033[Kattnctl: labelling: %s of %s texts", done_s, all_s);
+            fflush(stderr);
+            last_draw = cli_now();
+        }
         if (stop && *stop) {
             rc = PSEUDO_STOPPED;
             goto done;
@@ -64,6 +75,7 @@ static int add_teacher(const char *dir, const ac_rawdata *texts, const ac_rawdat
         ac_batch_fill(&batch, &corpus, &plan, b);
         if (cli_infer_forward(&s, batch.B, batch.T, NULL, err) != 0)
             goto done;
+        done_texts += batch.B;
         for (int i = 0; i < batch.B; i++) {
             const float *p = cli_infer_probs(&s, i);
             for (int k = 0; k < s.n_classes; k++)
@@ -72,6 +84,10 @@ static int add_teacher(const char *dir, const ac_rawdata *texts, const ac_rawdat
     }
     rc = 0;
 done:
+    if (show && last_draw >= 0.0) {
+        fputs("\r\033[K", stderr);
+        fflush(stderr);
+    }
     free(map);
     ac_batch_plan_free(&plan);
     ac_corpus_free(&corpus);
@@ -103,7 +119,7 @@ static void selection_sha256(const ac_rawdata *texts, const int64_t *rows, const
 
 int cli_pseudo_label(ac_rawdata *train, const char *unlabelled_path, const char *text_column,
                      const char *teachers, double threshold, volatile sig_atomic_t *stop,
-                     cli_pseudo_result *r, ac_err *err)
+                     int show_progress, cli_pseudo_result *r, ac_err *err)
 {
     memset(r, 0, sizeof *r);
     ac_rawdata texts;
@@ -123,7 +139,7 @@ int cli_pseudo_label(ac_rawdata *train, const char *unlabelled_path, const char 
     int n_teachers = 0;
     for (char *save = NULL, *dir = strtok_r(list, ",", &save); dir;
          dir = strtok_r(NULL, ",", &save)) {
-        if ((rc = add_teacher(dir, &texts, train, sum, stop, err)) != 0)
+        if ((rc = add_teacher(dir, &texts, train, sum, stop, show_progress, err)) != 0)
             goto done;
         rc = -1;
         n_teachers++;

@@ -21,10 +21,11 @@ typedef struct {
  * names, or plain text one a line), has every teacher (comma-separated model
  * directories with the training data's classes) give its probabilities,
  * averages them, and appends the texts whose most probable class reaches
- * threshold to train with that class. Returns 0, PSEUDO_STOPPED when *stop
- * was set (train unchanged), or -1 with err. */
+ * threshold to train with that class. show_progress: a count redrawn in
+ * place on stderr (a terminal). Returns 0, PSEUDO_STOPPED when *stop was set
+ * (train unchanged), or -1 with err. */
 int cli_pseudo_label(ac_rawdata *train, const char *unlabelled_path, const char *text_column,
                      const char *teachers, double threshold, volatile sig_atomic_t *stop,
-                     cli_pseudo_result *r, ac_err *err);
+                     int show_progress, cli_pseudo_result *r, ac_err *err);
 
 #endif

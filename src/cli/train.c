@@ -965,7 +965,7 @@ static int add_pseudo_labelled(ac_rawdata *train, const char *unlabelled, const 
         fprintf(stderr, "attnctl: labelling the texts of %s with %s\n", unlabelled, teachers);
     int threads = omp_get_max_threads(); /* inference may leave it at 1 */
     int rc = cli_pseudo_label(train, unlabelled, text_column, teachers, threshold, &stop_signal,
-                              pr, &err);
+                              !quiet && isatty(STDERR_FILENO), pr, &err);
     cli_set_threads(threads);
     if (rc == PSEUDO_STOPPED) /* train unchanged; the caller sees stop_signal */
         return 0;
