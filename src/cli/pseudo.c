@@ -53,7 +53,8 @@ static int add_teacher(const char *dir, const ac_rawdata *texts, const ac_rawdat
     }
     if (map_classes(&s, dir, train, map, err) != 0)
         goto done;
-    if (ac_corpus_encode(&corpus, texts, &s.md.config.tokenizer, &s.md.vocab, s.max_len, err) != 0 ||
+    const ac_tokenizer_config *tokenizer = &s.md.config.tokenizer;
+    if (ac_corpus_encode(&corpus, texts, tokenizer, &s.md.vocab, s.max_len, err) != 0 ||
         ac_batch_plan_make(&plan, &corpus, NULL, corpus.n, PSEUDO_BATCH, 0, 0, err) != 0) {
         ac_err_prefix(err, "teacher %s", dir);
         goto done;
