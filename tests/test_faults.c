@@ -487,6 +487,27 @@ START_TEST(test_self_training)
     ck_assert_msg(r.status == 1 && strstr(r.err, "now choose other texts"), "exit %d: %s",
                   r.status, r.err);
 
+    /* SIGINT while the teacher labels many texts: out at once, nothing written */
+    char many[1200];
+    snprintf(many, sizeof many, "%s/many.txt", other);
+    FILE *f = fopen(many, "w");
+    ck_assert_ptr_nonnull(f);
+    for (int i = 0; i < 400000; i++)
+        fprintf(f, "a fine film number %d, not bad at all\n", i);
+    fclose(f);
+    char interrupted[1100];
+    snprintf(interrupted, sizeof interrupted, "%s/interrupted", other);
+    const char *labelling[] = {"train", TRAIN_CSV, "--out", interrupted, SMALL_MODEL,
+                               "--teacher", teacher, "--unlabelled", many, NULL};
+    run_options during = {.signal = SIGINT, .signal_after_line = 1};
+    double t0 = now_s();
+    r = run_opts(labelling, &during);
+    ck_assert_msg(r.status == 130 && strstr(r.err, "nothing was saved"), "exit %d: %s", r.status,
+                  r.err);
+    ck_assert_msg(!strstr(r.err, "join the"), "the labelling finished first: %s", r.err);
+    ck_assert_msg(now_s() - t0 < 30.0, "%.1f s", now_s() - t0);
+    ck_assert_int_eq(access(interrupted, F_OK), -1);
+
     /* a teacher with other classes */
     snprintf(other_csv, sizeof other_csv, "%s/labels.csv", other);
     char cmd[3000];
