@@ -62,10 +62,12 @@ ac_text_format ac_text_format_of(const char *path, ac_text_format format);
  * skipped and repaired rows add up over the files. */
 int ac_rawdata_read_texts(ac_rawdata *out, const char *const *paths, int n_paths,
                           ac_text_format format, const char *text_column, ac_err *err);
-/* Appends rows rows[0..n) of src to the labelled dst with class ids labels[0..n)
- * (in dst's classes); their line numbers are their lines in src's file. */
-int ac_rawdata_append_labelled(ac_rawdata *dst, const ac_rawdata *src, const int64_t *rows,
-                               const int32_t *labels, int64_t n, ac_err *err);
+/* Appends src's rows rows[0..n) (its first n when rows is NULL) to dst, with
+ * class ids labels[0..n) in dst's classes when given (dst labelled), else
+ * unlabelled (dst unlabelled); their line numbers are their lines in src's
+ * file. The counts of skipped and repaired rows are the caller's to add. */
+int ac_rawdata_append(ac_rawdata *dst, const ac_rawdata *src, const int64_t *rows,
+                      const int32_t *labels, int64_t n, ac_err *err);
 static inline const char *ac_rawdata_text(const ac_rawdata *d, int64_t i)
 {
     return d->text_buf + d->text_off[i];

@@ -69,11 +69,15 @@ int cli_infer_forward(cli_infer *s, int B, int T, const int32_t *labels, ac_err 
      * OpenMP's threads and its fork/join cost more than they save there
      * (measured: 1 review 11.5 ms against 21-25 ms with 2 threads; 4 IMDB
      * reviews 27 against 30 ms; 32 reviews 105 against 98 ms). Any thread
-     * count gives the same bits. */
+     * count gives the same bits. The caller's count is restored: training
+     * after a teacher's labelling (train --teacher) must not run on one. */
     int threads = (size_t)B * (size_t)T < SERIAL_BELOW_TOKENS ? 1 : s->threads;
-    if (threads != omp_get_max_threads())
+    int before = omp_get_max_threads();
+    if (threads != before)
         omp_set_num_threads(threads);
     ac_model_forward(&s->md.model, s->ids, s->lengths, labels, B, T, 0, 0);
+    if (threads != before)
+        omp_set_num_threads(before);
     return 0;
 }
 

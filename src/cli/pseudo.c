@@ -128,9 +128,10 @@ int cli_pseudo_label(ac_rawdata *train, const char *unlabelled_path, const char 
         return -1;
     r->n_texts = texts.n_rows;
     const int C = train->n_classes;
-    double *sum = calloc((size_t)(texts.n_rows > 0 ? texts.n_rows : 1) * (size_t)C, sizeof *sum);
-    int64_t *rows = malloc((size_t)(texts.n_rows > 0 ? texts.n_rows : 1) * sizeof *rows);
-    int32_t *labels = malloc((size_t)(texts.n_rows > 0 ? texts.n_rows : 1) * sizeof *labels);
+    const size_t slots = (size_t)(texts.n_rows > 0 ? texts.n_rows : 1);
+    double *sum = calloc(slots * (size_t)C, sizeof *sum);
+    int64_t *rows = malloc(slots * sizeof *rows);
+    int32_t *labels = malloc(slots * sizeof *labels);
     char *list = strdup(teachers);
     int rc = -1;
     if (!sum || !rows || !labels || !list) {
@@ -140,9 +141,11 @@ int cli_pseudo_label(ac_rawdata *train, const char *unlabelled_path, const char 
     int n_teachers = 0;
     for (char *save = NULL, *dir = strtok_r(list, ",", &save); dir;
          dir = strtok_r(NULL, ",", &save)) {
-        if ((rc = add_teacher(dir, &texts, train, sum, stop, show_progress, err)) != 0)
+        int teacher_rc = add_teacher(dir, &texts, train, sum, stop, show_progress, err);
+        if (teacher_rc != 0) {
+            rc = teacher_rc;
             goto done;
-        rc = -1;
+        }
         n_teachers++;
     }
     if (n_teachers == 0) {
@@ -163,7 +166,7 @@ int cli_pseudo_label(ac_rawdata *train, const char *unlabelled_path, const char 
     }
     r->n_kept = n;
     selection_sha256(&texts, rows, labels, n, r->sha256);
-    rc = ac_rawdata_append_labelled(train, &texts, rows, labels, n, err);
+    rc = ac_rawdata_append(train, &texts, rows, labels, n, err);
 done:
     free(list);
     free(labels);

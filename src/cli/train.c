@@ -3,7 +3,6 @@
  * stderr and a clean, resumable stop on SIGINT/SIGTERM. pretrain.c holds
  * the pretrain command's help. */
 #include <getopt.h>
-#include <omp.h>
 #include <stddef.h>
 #include <limits.h>
 #include <math.h>
@@ -920,32 +919,28 @@ static int resume_sources(train_args *a, const char *out_dir, ac_train_sources *
  * as given: the teacher's loading then says what is wrong). */
 static char *absolute_dirs(const char *list)
 {
-    size_t cap = 1, len = 0;
-    char *out = calloc(1, 1), *copy = strdup(list);
-    if (!out || !copy) {
-        free(out);
-        free(copy);
-        return NULL;
-    }
-    for (char *save = NULL, *dir = strtok_r(copy, ",", &save); dir;
+    char *copy = strdup(list), *out = calloc(1, 1);
+    size_t len = 0;
+    for (char *save = NULL, *dir = copy ? strtok_r(copy, ",", &save) : NULL; dir && out;
          dir = strtok_r(NULL, ",", &save)) {
         char *abs = realpath(dir, NULL);
         const char *name = abs ? abs : dir;
         size_t n = strlen(name);
-        char *grown = realloc(out, cap + n + 1);
-        if (!grown) {
-            free(abs);
+        char *grown = realloc(out, len + n + 2);
+        if (grown) {
+            if (len)
+                grown[len++] = ',';
+            memcpy(grown + len, name, n + 1);
+            len += n;
+        } else {
             free(out);
-            free(copy);
-            return NULL;
         }
         out = grown;
-        cap += n + 1;
-        if (len)
-            out[len++] = ',';
-        memcpy(out + len, name, n + 1);
-        len += n;
         free(abs);
+    }
+    if (!copy) {
+        free(out);
+        out = NULL;
     }
     free(copy);
     return out;
@@ -963,10 +958,8 @@ static int add_pseudo_labelled(ac_rawdata *train, const char *unlabelled, const 
     int64_t n_labelled = train->n_rows;
     if (!quiet)
         fprintf(stderr, "attnctl: labelling the texts of %s with %s\n", unlabelled, teachers);
-    int threads = omp_get_max_threads(); /* inference may leave it at 1 */
     int rc = cli_pseudo_label(train, unlabelled, text_column, teachers, threshold, &stop_signal,
                               !quiet && isatty(STDERR_FILENO), pr, &err);
-    cli_set_threads(threads);
     if (rc == PSEUDO_STOPPED) /* train unchanged; the caller sees stop_signal */
         return 0;
     if (rc != 0)

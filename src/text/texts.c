@@ -45,33 +45,50 @@ ac_text_format ac_text_format_of(const char *path, ac_text_format format)
                : AC_TEXT_FORMAT_LINES;
 }
 
-/* Moves the rows of src to the end of dst (both unlabelled). */
-static int append_rows(ac_rawdata *dst, ac_rawdata *src, ac_err *err)
+int ac_rawdata_append(ac_rawdata *dst, const ac_rawdata *src, const int64_t *rows,
+                      const int32_t *labels, int64_t n, ac_err *err)
 {
-    int64_t n = dst->n_rows + src->n_rows;
-    size_t old_bytes = dst->n_rows ? (size_t)dst->text_off[dst->n_rows] : 0;
-    size_t add_bytes = (size_t)src->text_off[src->n_rows];
-    char *text = realloc(dst->text_buf, old_bytes + add_bytes);
-    if (!text)
-        return ac_err_set(err, "out of memory for %lld texts", (long long)n);
-    dst->text_buf = text;
-    int64_t *off = realloc(dst->text_off, (size_t)(n + 1) * sizeof *off);
-    if (!off)
-        return ac_err_set(err, "out of memory for %lld texts", (long long)n);
-    dst->text_off = off;
-    int64_t *line = realloc(dst->line, (size_t)(n > 0 ? n : 1) * sizeof *line);
-    if (!line)
-        return ac_err_set(err, "out of memory for %lld texts", (long long)n);
-    dst->line = line;
-    memcpy(text + old_bytes, src->text_buf, add_bytes);
-    off[0] = 0;
-    for (int64_t i = 0; i < src->n_rows; i++) {
-        off[dst->n_rows + i + 1] = (int64_t)old_bytes + src->text_off[i + 1];
-        line[dst->n_rows + i] = src->line[i];
+    if ((labels != NULL) != (dst->labels != NULL) && dst->n_rows > 0)
+        return ac_err_set(err, "appending %slabelled rows to %slabelled data",
+                          labels ? "" : "un", dst->labels ? "" : "un");
+    size_t old_bytes = dst->n_rows ? (size_t)dst->text_off[dst->n_rows] : 0, add_bytes = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t r = rows ? rows[i] : i;
+        add_bytes += (size_t)(src->text_off[r + 1] - src->text_off[r]);
     }
-    dst->n_rows = n;
-    dst->n_empty_skipped += src->n_empty_skipped;
-    dst->n_invalid_utf8 += src->n_invalid_utf8;
+    int64_t total = dst->n_rows + n;
+    size_t slots = (size_t)(total > 0 ? total : 1);
+    char *text = realloc(dst->text_buf, old_bytes + add_bytes + 1);
+    if (!text)
+        return ac_err_set(err, "out of memory for %lld texts", (long long)total);
+    dst->text_buf = text;
+    int64_t *off = realloc(dst->text_off, (slots + 1) * sizeof *off);
+    if (!off)
+        return ac_err_set(err, "out of memory for %lld texts", (long long)total);
+    dst->text_off = off;
+    int64_t *line = realloc(dst->line, slots * sizeof *line);
+    if (!line)
+        return ac_err_set(err, "out of memory for %lld texts", (long long)total);
+    dst->line = line;
+    if (labels) {
+        int32_t *lab = realloc(dst->labels, slots * sizeof *lab);
+        if (!lab)
+            return ac_err_set(err, "out of memory for %lld texts", (long long)total);
+        dst->labels = lab;
+    }
+    off[0] = 0;
+    size_t at = old_bytes;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t r = rows ? rows[i] : i;
+        size_t len = (size_t)(src->text_off[r + 1] - src->text_off[r]);
+        memcpy(text + at, src->text_buf + src->text_off[r], len);
+        at += len;
+        off[dst->n_rows + i + 1] = (int64_t)at;
+        line[dst->n_rows + i] = src->line[r];
+        if (labels)
+            dst->labels[dst->n_rows + i] = labels[i];
+    }
+    dst->n_rows = total;
     return 0;
 }
 
@@ -92,52 +109,14 @@ int ac_rawdata_read_texts(ac_rawdata *out, const char *const *paths, int n_paths
         /* A CSV may have a label column: pretraining ignores it. */
         free(part.labels);
         part.labels = NULL;
-        int rc = append_rows(out, &part, err);
+        int rc = ac_rawdata_append(out, &part, NULL, NULL, part.n_rows, err);
+        out->n_empty_skipped += part.n_empty_skipped;
+        out->n_invalid_utf8 += part.n_invalid_utf8;
         ac_rawdata_free(&part);
         if (rc != 0) {
             ac_rawdata_free(out);
             return -1;
         }
     }
-    return 0;
-}
-
-int ac_rawdata_append_labelled(ac_rawdata *dst, const ac_rawdata *src, const int64_t *rows,
-                               const int32_t *labels, int64_t n, ac_err *err)
-{
-    if (!dst->labels && dst->n_rows > 0)
-        return ac_err_set(err, "appending labelled rows to unlabelled data");
-    size_t old_bytes = dst->n_rows ? (size_t)dst->text_off[dst->n_rows] : 0, add_bytes = 0;
-    for (int64_t i = 0; i < n; i++)
-        add_bytes += (size_t)(src->text_off[rows[i] + 1] - src->text_off[rows[i]]);
-    int64_t total = dst->n_rows + n;
-    size_t slots = (size_t)(total > 0 ? total : 1);
-    char *text = realloc(dst->text_buf, old_bytes + add_bytes + 1);
-    if (!text)
-        return ac_err_set(err, "out of memory for %lld texts", (long long)total);
-    dst->text_buf = text;
-    int64_t *off = realloc(dst->text_off, (slots + 1) * sizeof *off);
-    if (!off)
-        return ac_err_set(err, "out of memory for %lld texts", (long long)total);
-    dst->text_off = off;
-    int64_t *line = realloc(dst->line, slots * sizeof *line);
-    if (!line)
-        return ac_err_set(err, "out of memory for %lld texts", (long long)total);
-    dst->line = line;
-    int32_t *lab = realloc(dst->labels, slots * sizeof *lab);
-    if (!lab)
-        return ac_err_set(err, "out of memory for %lld texts", (long long)total);
-    dst->labels = lab;
-    off[0] = 0;
-    size_t at = old_bytes;
-    for (int64_t i = 0; i < n; i++) {
-        size_t len = (size_t)(src->text_off[rows[i] + 1] - src->text_off[rows[i]]);
-        memcpy(text + at, src->text_buf + src->text_off[rows[i]], len);
-        at += len;
-        off[dst->n_rows + i + 1] = (int64_t)at;
-        line[dst->n_rows + i] = src->line[rows[i]];
-        lab[dst->n_rows + i] = labels[i];
-    }
-    dst->n_rows = total;
     return 0;
 }
