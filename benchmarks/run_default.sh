@@ -15,7 +15,8 @@
 # Steps: make -j2 build/attnctl; attnctl train --config CONFIG on train.csv.gz (timed);
 # attnctl eval --json on test.csv.gz, on the short-span test set (one random span of
 # 5-40 words of every test review, benchmarks/make_spans.py --seed 1, labelled with its
-# review's label) and on data/short_reviews.csv (240 short out-of-domain reviews).
+# review's label), on data/short_reviews.csv (240 short out-of-domain reviews, for reporting)
+# and on data/short_dev.csv (300 more, the set to choose short-input recipes on).
 # Prints the CPU, config, training time, validation and test accuracy, ECE and Brier
 # score (n/a when eval does not report them), and the accuracy and share called positive
 # on the spans and the short reviews; appends the same figures as one JSON line to RUNS.
@@ -59,6 +60,11 @@ python3 "$here/make_spans.py" "$DATA/test.csv.gz" "$TMP/spans.csv" --seed 1 --mi
 "$ATTNCTL" eval --model "$TMP/model" "$DATA/test.csv.gz" --json >"$TMP/test.json"
 "$ATTNCTL" eval --model "$TMP/model" "$TMP/spans.csv" --json >"$TMP/spans.json"
 "$ATTNCTL" eval --model "$TMP/model" "$repo_root/data/short_reviews.csv" --json >"$TMP/short.json"
+if [ -f "$repo_root/data/short_dev.csv" ]; then
+    "$ATTNCTL" eval --model "$TMP/model" "$repo_root/data/short_dev.csv" --json >"$TMP/short_dev.json"
+else
+    echo '{}' >"$TMP/short_dev.json"
+fi
 
 if [ -n "$KEEP" ]; then
     rm -rf "$KEEP" && cp -r "$TMP/model" "$KEEP"
@@ -89,13 +95,15 @@ for line in open(tmp + "/model/metrics.jsonl"):
 
 def load(name):
     r = json.load(open("%s/%s.json" % (tmp, name)))
+    if "accuracy" not in r:  # a set this checkout does not have
+        return {"accuracy": None, "positive_share": None, "count": 0}
     labels, conf = r["labels"], r["confusion"]
     pi = labels.index("positive") if "positive" in labels else len(labels) - 1
     total = sum(map(sum, conf))
     r["positive_share"] = sum(row[pi] for row in conf) / total if total else None
     return r
 
-test, spans, short = load("test"), load("spans"), load("short")
+test, spans, short, dev = load("test"), load("spans"), load("short"), load("short_dev")
 
 def fmt(x, spec="%.4f"):
     return "n/a" if x is None else spec % x
@@ -118,6 +126,8 @@ print("short-span       accuracy %s   positive %s   (%d rows)"
       % (fmt(spans["accuracy"]), pct(spans["positive_share"]), spans["count"]))
 print("short_reviews    accuracy %s   positive %s   (%d rows)"
       % (fmt(short["accuracy"]), pct(short["positive_share"]), short["count"]))
+print("short_dev        accuracy %s   positive %s   (%d rows)"
+      % (fmt(dev["accuracy"]), pct(dev["positive_share"]), dev["count"]))
 
 line = {
     "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -130,6 +140,7 @@ line = {
     "span_accuracy": spans["accuracy"], "span_positive_share": spans["positive_share"],
     "short_reviews_accuracy": short["accuracy"],
     "short_reviews_positive_share": short["positive_share"],
+    "short_dev_accuracy": dev["accuracy"], "short_dev_positive_share": dev["positive_share"],
     "note": note,
 }
 if runs != "/dev/null":
