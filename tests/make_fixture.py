@@ -73,6 +73,10 @@ NGRAM_HASH = "h=h*116049371+id (uint64, ids before the text are 0), bucket=h mod
 # config.json's model.wide_hash (AC_WIDE_HASH).
 WIDE_HASH = ("h=n, h=h*116049371+id+1 per id (uint64), fmix64 (MurmurHash3), "
              "distinct h mod wide_buckets")
+# The wide path's length normalisation: a sum scaled by
+# (WIDE_NORM_REF / max(n, WIDE_NORM_FLOOR))^wide_norm (AC_WIDE_NORM_REF, AC_WIDE_NORM_FLOOR).
+WIDE_NORM_REF = 500
+WIDE_NORM_FLOOR = 30
 
 
 def sinusoid_table(max_len, d):
@@ -223,7 +227,7 @@ class EncoderLayer(nn.Module):
 class Classifier(nn.Module):
     def __init__(self, V, d, heads, ff, n_layers, C, pooling, max_len, eps=LN_EPS,
                  positions="sinusoidal", ngram_order=1, ngram_buckets=0, wide_order=0,
-                 wide_buckets=0):
+                 wide_buckets=0, wide_norm=0.0):
         super().__init__()
         assert pooling in ("max", "mean", "cls"), pooling
         self.pooling = pooling
@@ -232,14 +236,17 @@ class Classifier(nn.Module):
         self.head = nn.Linear(d, C)
         self.wide_order = wide_order if wide_order >= 1 and wide_buckets > 0 else 0
         self.wide_buckets = wide_buckets
+        self.wide_norm = wide_norm
         if self.wide_order:
             self.head.wide = Table(wide_buckets, C)
 
     def wide_logits(self, ids, lengths):
         """The wide path: sum over each item's distinct n-gram buckets of
-        head.wide.weight[bucket] ([B, C])."""
+        head.wide.weight[bucket] ([B, C]), times
+        (WIDE_NORM_REF / max(n, WIDE_NORM_FLOOR))^wide_norm for an item of n distinct buckets."""
         sets = wide_sets_of(ids, lengths, self.wide_order, self.wide_buckets)
         return torch.stack([self.head.wide.weight[torch.tensor(s, dtype=torch.long)].sum(dim=0)
+                            * (WIDE_NORM_REF / max(len(s), WIDE_NORM_FLOOR)) ** self.wide_norm
                             for s in sets])
 
     def forward(self, ids, lengths):
@@ -395,13 +402,14 @@ def gradients_and_steps(params, names, loss_of):
 
 def make_fixture(path, seed, n_layers, d, heads, ff, V, C, pooling, max_len, lengths,
                  positions="sinusoidal", ngram_order=1, ngram_buckets=0, label_smoothing=0.0,
-                 id_rows=None, wide_order=0, wide_buckets=0):
+                 id_rows=None, wide_order=0, wide_buckets=0, wide_norm=0.0):
     """id_rows: the token ids of each item (drawn at random when None)."""
     g = torch.Generator().manual_seed(seed)
     B, T = len(lengths), max(lengths)
     model = Classifier(V, d, heads, ff, n_layers, C, pooling, max_len, positions=positions,
                        ngram_order=ngram_order, ngram_buckets=ngram_buckets,
-                       wide_order=wide_order, wide_buckets=wide_buckets).double()
+                       wide_order=wide_order, wide_buckets=wide_buckets,
+                       wide_norm=wide_norm).double()
     names = param_names(n_layers, positions, ngram_order, ngram_buckets,
                         wide_order=wide_order, wide_buckets=wide_buckets)
     params = dict(model.named_parameters())
@@ -449,6 +457,8 @@ def make_fixture(path, seed, n_layers, d, heads, ff, V, C, pooling, max_len, len
     if wide_order:
         meta.update({"wide_order": wide_order, "wide_buckets": wide_buckets,
                      "wide_hash": WIDE_HASH})
+        if wide_norm:
+            meta["wide_norm"] = wide_norm
     write_safetensors(path, tensors, meta)
     print(f"{path}: loss {loss.item():.6f}, losses_5 {[round(x, 6) for x in losses]}")
     if has_ngrams(ngram_order, ngram_buckets):
@@ -551,6 +561,7 @@ def model_dir_logits(model_dir, id_lists):
     ngram_buckets = mc.get("ngram_buckets", 0)
     wide_order = mc.get("wide_order", 0)
     wide_buckets = mc.get("wide_buckets", 0)
+    wide_norm = mc.get("wide_norm", 0.0)  # absent in models older than the key: the plain sum
     temperature = mc.get("temperature", 1.0)
     if positions not in POSITIONS:
         raise SystemExit(f"{model_dir}/config.json: model.positions {positions!r}: "
@@ -568,7 +579,7 @@ def model_dir_logits(model_dir, id_lists):
                        mc["n_classes"], mc["pooling"], mc["max_len"], eps=mc["ln_eps"],
                        positions=positions, ngram_order=ngram_order,
                        ngram_buckets=ngram_buckets, wide_order=wide_order,
-                       wide_buckets=wide_buckets).double()
+                       wide_buckets=wide_buckets, wide_norm=wide_norm).double()
     weights = read_safetensors(os.path.join(model_dir, "model.safetensors"))
     expected = set(param_names(mc["n_layers"], positions, ngram_order, ngram_buckets,
                                wide_order=wide_order, wide_buckets=wide_buckets))

@@ -536,6 +536,9 @@ START_TEST(test_self_training)
     r = run(bad_p);
     ck_assert_msg(r.status == 2 && strstr(r.err, "--pseudo-threshold"), "exit %d: %s", r.status,
                   r.err);
+    const char *bad_norm[] = {"train", TRAIN_CSV, "--out", out, "--wide-norm", "2", NULL};
+    r = run(bad_norm);
+    ck_assert_msg(r.status == 2 && strstr(r.err, "--wide-norm"), "exit %d: %s", r.status, r.err);
     const char *missing[] = {"train", TRAIN_CSV, "--out", out, "--teacher", teacher,
                              "--unlabelled", "no/such/texts.csv", NULL};
     r = run(missing);

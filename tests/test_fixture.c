@@ -137,6 +137,8 @@ static void fixture_load(fixture *fx, const char *file)
         cfg.wide_order = atoi(v);
     if ((v = meta_find(st, "wide_buckets")) != NULL)
         cfg.wide_buckets = atoi(v);
+    if ((v = meta_find(st, "wide_norm")) != NULL)
+        cfg.wide_norm = (float)atof(v);
     if ((v = meta_find(st, "wide_hash")) != NULL)
         ck_assert_msg(strcmp(v, AC_WIDE_HASH) == 0, "%s: wide hash \"%s\", the model's is \"%s\"",
                       file, v, AC_WIDE_HASH);

@@ -274,17 +274,20 @@ typedef struct {
     float *table, *logits;
     const float *base, *r;
     int order, C;
+    float norm;
 } wide_ctx;
 
 static double wide_loss(void *p)
 {
     wide_ctx *c = p;
     memcpy(c->logits, c->base, (size_t)SB * c->C * sizeof(float));
-    wide_forward(c->logits, c->buckets, c->counts, c->table, SB, ST, c->order, c->C);
+    wide_forward(c->logits, c->buckets, c->counts, c->table, SB, ST, c->order, c->C, c->norm);
     return gc_dot(c->logits, c->r, (size_t)SB * c->C);
 }
 
-START_TEST(test_wide_gradient)
+/* The wide path at one length normalisation: its forward by hand, its
+ * backward against finite differences and accumulating. */
+static void check_wide(float norm)
 {
     /* 7 buckets: several n-grams share a row, and both items touch some rows. */
     enum { NB = 7, ORDER = 3, C = 3 };
@@ -297,20 +300,43 @@ START_TEST(test_wide_gradient)
     fill_uniform(table, n_tab, 301, -1, 1);
     fill_uniform(base, SB * C, 302, -1, 1);
     fill_uniform(r, SB * C, 303, -1, 1);
-    wide_ctx c = {buckets, counts, table, logits, base, r, ORDER, C};
+    wide_ctx c = {buckets, counts, table, logits, base, r, ORDER, C, norm};
     wide_loss(&c);
-    /* the forward adds each distinct bucket's row once */
-    double want = base[C + 1];
+    /* the forward adds each distinct bucket's row once, times (500 / max(n, 30))^norm */
+    double want = 0.0;
     for (int i = 0; i < counts[1]; i++)
         want += table[(size_t)buckets[ST * ORDER + i] * C + 1];
-    ck_assert(fabs(logits[C + 1] - want) < 1e-5);
-    wide_backward(dtab, r, buckets, counts, SB, ST, ORDER, C);
+    want = base[C + 1] + pow(500.0 / fmax(counts[1], 30.0), norm) * want;
+    ck_assert(fabs(logits[C + 1] - want) < 1e-4 * fmax(1.0, fabs(want)));
+    wide_backward(dtab, r, buckets, counts, SB, ST, ORDER, C, norm);
     check_grad("wide path", "dtable", table, dtab, n_tab, wide_loss, &c);
     float *once = copy_of(dtab, n_tab);
-    wide_backward(dtab, r, buckets, counts, SB, ST, ORDER, C);
+    wide_backward(dtab, r, buckets, counts, SB, ST, ORDER, C, norm);
     check_doubled("wide dtable", dtab, once, n_tab);
-    wide_backward(NULL, r, buckets, counts, SB, ST, ORDER, C);
+    wide_backward(NULL, r, buckets, counts, SB, ST, ORDER, C, norm);
     free(table); free(dtab); free(logits); free(base); free(r); free(once);
+}
+
+START_TEST(test_wide_gradient)
+{
+    check_wide(0.0f); /* the plain sum */
+    check_wide(0.5f); /* the default: short texts scaled up */
+    check_wide(1.0f);
+}
+END_TEST
+
+START_TEST(test_wide_scale)
+{
+    ck_assert(wide_scale(37, 0.0f) == 1.0);
+    ck_assert(wide_scale(0, 0.5f) == 1.0); /* an empty text has nothing to scale */
+    ck_assert(fabs(wide_scale(500, 0.5f) - 1.0) < 1e-12);
+    ck_assert(fabs(wide_scale(125, 0.5f) - 2.0) < 1e-12);
+    ck_assert(fabs(wide_scale(2000, 1.0f) - 0.25) < 1e-12);
+    /* below the floor (30) no further scaling: one word weighs as a sentence */
+    ck_assert(fabs(wide_scale(30, 0.5f) - sqrt(500.0 / 30.0)) < 1e-12);
+    ck_assert(wide_scale(1, 0.5f) == wide_scale(30, 0.5f));
+    ck_assert(wide_scale(29, 1.0f) == wide_scale(30, 1.0f));
+    ck_assert(wide_scale(31, 1.0f) < wide_scale(30, 1.0f));
 }
 END_TEST
 
@@ -1518,6 +1544,7 @@ int main(void)
     tcase_add_test(tc, test_positions_and_ngram_gradient);
     tcase_add_test(tc, test_wide_hash_and_sets);
     tcase_add_test(tc, test_wide_gradient);
+    tcase_add_test(tc, test_wide_scale);
     tcase_add_test(tc, test_crossentropy_gradient_c5);
     tcase_add_test(tc, test_gather_rows_gradient);
     tcase_add_test(tc, test_softmax_xent_inplace);

@@ -510,6 +510,7 @@ START_TEST(test_gradcheck_wide_path)
     ac_model_config cfg = with_ngrams_and_positions(small_config(AC_POOL_MEAN, 0.0f));
     cfg.wide_order = 3;
     cfg.wide_buckets = 7; /* n-grams share rows, and items share n-grams */
+    cfg.wide_norm = 0.5f; /* each item's sum scaled by its own count of n-grams */
     ac_model m;
     enum { B = 4, T = 6 };
     model_make(&m, &cfg, B, T);

@@ -54,6 +54,9 @@ typedef struct {
      * [wide_buckets, C]); 0: none. */
     int wide_order;
     int wide_buckets;
+    /* The wide path's sum is scaled by (AC_WIDE_NORM_REF / n)^wide_norm for a
+     * text of n distinct n-grams (see wide_forward); 0: the plain sum. */
+    float wide_norm;
     /* Outside training the class probabilities are softmax(logits / temperature)
      * (fitted on validation data after training); 0 is taken as 1. */
     float temperature;

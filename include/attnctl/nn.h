@@ -54,20 +54,31 @@ void ngram_backward(float *dtable, const float *dout, const int32_t *buckets,
  *   h = n; for each id in the n-gram: h = h * 116049371 + id + 1  (uint64, wrapping)
  *   h ^= h >> 33; h *= 0xff51afd7ed558ccd; h ^= h >> 33; bucket = h mod n_buckets.
  * A text's feature set is its distinct buckets (a repeated phrase counts
- * once), and logits[c] += sum over that set of table[bucket, c]. */
+ * once), and logits[c] += scale * sum over that set of table[bucket, c], with
+ * scale = (AC_WIDE_NORM_REF / max(n, AC_WIDE_NORM_FLOOR))^norm for a text of n
+ * distinct buckets: with norm 0 a plain sum; with norm > 0 a short text's few
+ * n-grams are not outweighed by the encoder just because they are few, and
+ * below about a sentence (the floor) a text is scaled no further, so one or
+ * two words do not get 10-20 times their weight. */
 #define AC_WIDE_HASH "h=n, h=h*116049371+id+1 per id (uint64), fmix64 (MurmurHash3), distinct h mod wide_buckets"
+#define AC_WIDE_NORM_REF 500  /* about a whole IMDB review's distinct n-grams: its scale is ~1 */
+#define AC_WIDE_NORM_FLOOR 30 /* about a 10-word sentence's: the largest scale, 4.08 at norm 0.5 */
 uint32_t wide_bucket(const int32_t *gram, int n, int n_buckets);
+/* (AC_WIDE_NORM_REF / max(count, AC_WIDE_NORM_FLOOR))^norm; 1 for norm 0 or an empty text. */
+double wide_scale(int count, float norm);
 /* The sorted distinct buckets of one text (out holds length * order), their count returned. */
 int wide_buckets_of_text(int32_t *out, const int32_t *ids, int length, int order, int n_buckets);
 /* Per item b: buckets + b*T*order gets its sorted distinct buckets, counts[b] their number. */
 void wide_buckets_compute(int32_t *buckets, int32_t *counts, const int32_t *ids,
                           const int32_t *lengths, int B, int T, int order, int n_buckets);
-/* logits[b, c] += sum of table[bucket, c] over item b's buckets (table [n_buckets, C]). */
+/* logits[b, c] += wide_scale(counts[b], norm) * sum of table[bucket, c] over item b's
+ * buckets (table [n_buckets, C]). */
 void wide_forward(float *logits, const int32_t *buckets, const int32_t *counts, const float *table,
-                  int B, int T, int order, int C);
-/* dtable[bucket, c] += dlogits[b, c] for each bucket of item b, serial: deterministic. */
+                  int B, int T, int order, int C, float norm);
+/* dtable[bucket, c] += wide_scale(counts[b], norm) * dlogits[b, c] for each bucket of
+ * item b, serial: deterministic. */
 void wide_backward(float *dtable, const float *dlogits, const int32_t *buckets,
-                   const int32_t *counts, int B, int T, int order, int C);
+                   const int32_t *counts, int B, int T, int order, int C, float norm);
 
 /* ---- linear: out[N, out_dim] = in[N, in_dim] @ w[out_dim, in_dim]^T + bias ---- */
 void linear_forward(float *out, const float *in, const float *w, const float *bias,

@@ -39,7 +39,7 @@ enum {
     OPT_LABEL_COLUMN, OPT_MAX_STEPS, OPT_RESUME, OPT_QUIET, OPT_HELP, OPT_POSITIONS, OPT_NGRAMS,
     OPT_NGRAM_BUCKETS, OPT_CROP, OPT_CROP_MIN, OPT_CROP_MAX, OPT_LABEL_SMOOTHING, OPT_TOKEN_DROPOUT,
     OPT_EMA, OPT_INIT, OPT_MASK_FRAC, OPT_FORMAT, OPT_MICRO_BATCH, OPT_WIDE, OPT_WIDE_BUCKETS,
-    OPT_TEACHER, OPT_UNLABELLED, OPT_PSEUDO_THRESHOLD, OPT_END
+    OPT_WIDE_NORM, OPT_TEACHER, OPT_UNLABELLED, OPT_PSEUDO_THRESHOLD, OPT_END
 };
 
 static const struct option LONG_OPTIONS[] = {
@@ -78,6 +78,7 @@ static const struct option LONG_OPTIONS[] = {
     {"ngram-buckets", required_argument, NULL, OPT_NGRAM_BUCKETS},
     {"wide", required_argument, NULL, OPT_WIDE},
     {"wide-buckets", required_argument, NULL, OPT_WIDE_BUCKETS},
+    {"wide-norm", required_argument, NULL, OPT_WIDE_NORM},
     {"crop", required_argument, NULL, OPT_CROP},
     {"crop-min", required_argument, NULL, OPT_CROP_MIN},
     {"crop-max", required_argument, NULL, OPT_CROP_MAX},
@@ -107,7 +108,8 @@ typedef struct {
 /* Options of one command only. */
 static const int TRAIN_ONLY[] = {OPT_VAL_FILE, OPT_LABEL_COLUMN, OPT_CROP, OPT_CROP_MIN,
                                  OPT_CROP_MAX, OPT_LABEL_SMOOTHING, OPT_TOKEN_DROPOUT, OPT_INIT,
-                                 OPT_WIDE, OPT_WIDE_BUCKETS, OPT_TEACHER, OPT_UNLABELLED,
+                                 OPT_WIDE, OPT_WIDE_BUCKETS, OPT_WIDE_NORM, OPT_TEACHER,
+                                 OPT_UNLABELLED,
                                  OPT_PSEUDO_THRESHOLD};
 static const int PRETRAIN_ONLY[] = {OPT_MASK_FRAC, OPT_FORMAT};
 
@@ -197,14 +199,18 @@ void cli_print_model_options(cli_training_kind kind)
 {
     ac_config d;
     ac_config_defaults(&d);
-    char wide_help[400] = "";
+    char wide_help[700] = "";
     if (kind != CLI_PRETRAIN)
         snprintf(wide_help, sizeof wide_help,
                  "      --wide N           the wide path: a weight per class for each distinct\n"
                  "                         hashed word n-gram up to length N, added to the\n"
                  "                         logits; 0: none [%d]\n"
-                 "      --wide-buckets N   rows of the wide path's hashed table [%d]\n",
-                 d.model.wide_order, d.model.wide_buckets);
+                 "      --wide-buckets N   rows of the wide path's hashed table [%d]\n"
+                 "      --wide-norm X      the wide path's sum times (%d / max(n, %d))^X for a\n"
+                 "                         text of n distinct n-grams, so that short texts count;\n"
+                 "                         0: the plain sum [%g]\n",
+                 d.model.wide_order, d.model.wide_buckets, AC_WIDE_NORM_REF, AC_WIDE_NORM_FLOOR,
+                 (double)d.model.wide_norm);
     printf("Model and tokenizer:\n"
            "      --layers N         encoder layers [%d]\n"
            "      --d-model N        model width [%d]\n"
@@ -433,6 +439,7 @@ static int parse_value(train_args *a, int id, const char *arg)
         v->i = i;
         break;
     case OPT_CROP:
+    case OPT_WIDE_NORM:
         if (cli_parse_double(arg, 0, 1, &d))
             return bad_value(a->cmd, id, arg, "a number from 0 to 1");
         v->d = d;
@@ -619,6 +626,7 @@ static void apply_overrides(ac_config *c, const train_args *a)
     if (v[OPT_NGRAM_BUCKETS].set) c->model.ngram_buckets = (int)v[OPT_NGRAM_BUCKETS].i;
     if (v[OPT_WIDE].set) c->model.wide_order = (int)v[OPT_WIDE].i;
     if (v[OPT_WIDE_BUCKETS].set) c->model.wide_buckets = (int)v[OPT_WIDE_BUCKETS].i;
+    if (v[OPT_WIDE_NORM].set) c->model.wide_norm = (float)v[OPT_WIDE_NORM].d;
     if (v[OPT_CROP].set) c->training.crop_frac = v[OPT_CROP].d;
     if (v[OPT_CROP_MIN].set) c->training.crop_min = (int)v[OPT_CROP_MIN].i;
     if (v[OPT_CROP_MAX].set) c->training.crop_max = (int)v[OPT_CROP_MAX].i;
@@ -643,6 +651,7 @@ static void apply_overrides(ac_config *c, const train_args *a)
             t->ema = 0.0f; /* the weight average is measured for classifiers only */
         c->model.wide_order = 0; /* a classifier's head: the fine-tuning run's choice */
         c->model.wide_buckets = 0;
+        c->model.wide_norm = 0.0f;
         if (!v[OPT_VAL_SPLIT].set) t->val_split = PRETRAIN_VAL_SPLIT;
         if (!v[OPT_EVAL_EVERY].set) t->eval_every = PRETRAIN_EVAL_EVERY;
         if (!v[OPT_PATIENCE].set) t->patience = 0;

@@ -38,6 +38,7 @@ void ac_config_defaults(ac_config *c)
         .ngram_buckets = 262144,
         .wide_order = 3,
         .wide_buckets = 1048576,
+        .wide_norm = 0.5f,
         .temperature = 1.0f,
     };
     c->tokenizer = (ac_tokenizer_config){
@@ -135,7 +136,7 @@ static const struct {
     double value;
 } LEGACY_VALUES[] = {
     {"positions", AC_POS_SINUSOIDAL}, {"ngram_order", 1}, {"ngram_buckets", 0},
-    {"wide_order", 0}, {"wide_buckets", 0},
+    {"wide_order", 0}, {"wide_buckets", 0}, {"wide_norm", 0},
     {"temperature", 1}, {"crop_frac", 0}, {"crop_min", 5}, {"crop_max", 64},
     {"label_smoothing", 0}, {"token_dropout", 0}, {"ema", 0},
     {"objective", AC_OBJECTIVE_CLASSIFICATION}, {"mask_frac", AC_MLM_MASK_FRAC},
@@ -179,6 +180,7 @@ static const key_spec MODEL_KEYS[] = {
     {"wide_order", K_INT, AT(model.wide_order), 0, 3, SINCE_0_2, 0},
     {"wide_buckets", K_INT, AT(model.wide_buckets), 0, 16777216, SINCE_0_2, 0},
     {"wide_hash", K_WIDE_HASH, 0, 0, 0, SINCE_0_2, 0},
+    {"wide_norm", K_FLOAT, AT(model.wide_norm), 0, 1, SINCE_0_2, 0},
     {"temperature", K_FLOAT, AT(model.temperature), 0, 1000, LO_OPEN | SINCE_0_2, 0},
 };
 

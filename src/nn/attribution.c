@@ -201,8 +201,8 @@ static int set_index(const int32_t *set, int count, int32_t bucket)
     return lo;
 }
 
-/* The wide path adds sum over the text's distinct n-gram buckets of
- * table[bucket, c] to logit c: linear in the set, so its part of the
+/* The wide path adds scale * sum over the text's distinct n-gram buckets of
+ * table[bucket, c] to logit c (scale fixed by the set's size): linear in the set, so its part of the
  * attribution is exact, not integrated. Each bucket's weight is shared by
  * its occurrences and, within one, evenly by the n-gram's words. The
  * baseline (no text) has no n-grams, so these parts sum to the wide path's
@@ -218,6 +218,7 @@ static void wide_part(ac_attribution *a, const int32_t *ids, int n)
     const int order = m->cfg.wide_order, n_buckets = m->cfg.wide_buckets;
     const int count = wide_buckets_of_text(a->wide_set, ids, n, order, n_buckets);
     memset(a->wide_uses, 0, (size_t)count * sizeof *a->wide_uses);
+    const double scale = wide_scale(count, m->cfg.wide_norm);
     for (int k = 1; k <= order; k++)
         for (int t = 0; t + k <= n; t++)
             a->wide_uses[set_index(a->wide_set, count,
@@ -226,7 +227,7 @@ static void wide_part(ac_attribution *a, const int32_t *ids, int n)
         for (int t = 0; t + k <= n; t++) {
             int i = set_index(a->wide_set, count, (int32_t)wide_bucket(ids + t, k, n_buckets));
             for (int c = 0; c < C; c++) {
-                double share = (double)m->p.wide_w[(size_t)a->wide_set[i] * C + c] /
+                double share = scale * (double)m->p.wide_w[(size_t)a->wide_set[i] * C + c] /
                                ((double)a->wide_uses[i] * k);
                 for (int j = t; j < t + k; j++)
                     a->wide_scores[(size_t)c * n + j] += share;
@@ -237,7 +238,7 @@ static void wide_part(ac_attribution *a, const int32_t *ids, int n)
         double sum = 0.0;
         for (int i = 0; i < count; i++)
             sum += (double)m->p.wide_w[(size_t)a->wide_set[i] * C + c];
-        a->wide_logits[c] = (float)sum;
+        a->wide_logits[c] = (float)(scale * sum);
     }
 }
 

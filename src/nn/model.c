@@ -152,6 +152,8 @@ int ac_model_config_validate(const ac_model_config *cfg, ac_err *err)
     if (check_range("wide_order", cfg->wide_order, 0, 3, err) ||
         check_range("wide_buckets", cfg->wide_buckets, 0, MAX_NGRAM_BUCKETS, err))
         return -1;
+    if (!(cfg->wide_norm >= 0.0f && cfg->wide_norm <= 1.0f))
+        return ac_err_set(err, "model.wide_norm: must be in [0, 1] (got %g)", (double)cfg->wide_norm);
     if (cfg->wide_order >= 1 && cfg->wide_buckets < 1)
         return ac_err_set(err, "model.wide_buckets: must be at least 1 with wide_order %d",
                           cfg->wide_order);
@@ -754,7 +756,8 @@ static float classifier_head_forward(ac_model *m, const int32_t *lengths, const 
     if (m->p.wide_w && m->last_ids) {
         wide_buckets_compute(a->wide_ids, a->wide_counts, m->last_ids, lengths, B, T,
                              c->wide_order, c->wide_buckets);
-        wide_forward(a->logits, a->wide_ids, a->wide_counts, m->p.wide_w, B, T, c->wide_order, C);
+        wide_forward(a->logits, a->wide_ids, a->wide_counts, m->p.wide_w, B, T, c->wide_order, C,
+                     c->wide_norm);
     }
     m->last_labels = labels;
     float loss = 0.0f;
@@ -983,7 +986,7 @@ static void backward_from_logits(ac_model *m, const ac_param_ptrs *g, float *d_e
 
     if (g && g->wide_w && m->last_ids) {
         wide_backward(g->wide_w, a->grad_logits, a->wide_ids, a->wide_counts, B, T, c->wide_order,
-                      C);
+                      C, c->wide_norm);
         if (g == &m->g)
             mark_wide_rows(m, B, T);
     }

@@ -4,6 +4,8 @@
  * bigrams beats the encoder on IMDB; summed with it, each covers the other. */
 #include "attnctl/nn.h"
 
+#include <math.h>
+
 /* Heapsort: in place, because glibc's qsort may allocate and a training
  * step allocates nothing. */
 static void sift_down(int32_t *v, int root, int n)
@@ -72,31 +74,41 @@ void wide_buckets_compute(int32_t *buckets, int32_t *counts, const int32_t *ids,
                                          lengths[b], order, n_buckets);
 }
 
+double wide_scale(int count, float norm)
+{
+    if (norm == 0.0f || count <= 0)
+        return 1.0;
+    const int n = count > AC_WIDE_NORM_FLOOR ? count : AC_WIDE_NORM_FLOOR;
+    return pow((double)AC_WIDE_NORM_REF / (double)n, (double)norm);
+}
+
 void wide_forward(float *logits, const int32_t *buckets, const int32_t *counts, const float *table,
-                  int B, int T, int order, int C)
+                  int B, int T, int order, int C, float norm)
 {
     const size_t stride = (size_t)T * (size_t)order;
     for (int b = 0; b < B; b++) {
         const int32_t *bk = buckets + (size_t)b * stride;
+        const double scale = wide_scale(counts[b], norm);
         for (int c = 0; c < C; c++) {
             double sum = 0.0; /* ascending bucket order: the same bits every time */
             for (int i = 0; i < counts[b]; i++)
                 sum += (double)table[(size_t)bk[i] * C + c];
-            logits[(size_t)b * C + c] += (float)sum;
+            logits[(size_t)b * C + c] += (float)(scale * sum);
         }
     }
 }
 
 void wide_backward(float *dtable, const float *dlogits, const int32_t *buckets,
-                   const int32_t *counts, int B, int T, int order, int C)
+                   const int32_t *counts, int B, int T, int order, int C, float norm)
 {
     if (!dtable)
         return;
     const size_t stride = (size_t)T * (size_t)order;
     for (int b = 0; b < B; b++) {
         const int32_t *bk = buckets + (size_t)b * stride;
+        const float scale = (float)wide_scale(counts[b], norm);
         for (int i = 0; i < counts[b]; i++)
             for (int c = 0; c < C; c++)
-                dtable[(size_t)bk[i] * C + c] += dlogits[(size_t)b * C + c];
+                dtable[(size_t)bk[i] * C + c] += scale * dlogits[(size_t)b * C + c];
     }
 }
