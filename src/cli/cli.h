@@ -14,11 +14,12 @@
 int cmd_train(int argc, char **argv);
 int cmd_pretrain(int argc, char **argv);
 
-/* train and pretrain share one option parser and one run (src/cli/train.c). */
+/* train and pretrain share one option parser (src/cli/train_options.c) and one
+ * run (src/cli/train.c). */
 typedef enum { CLI_TRAIN = 0, CLI_PRETRAIN = 1 } cli_training_kind;
 int cli_run_training(cli_training_kind kind, int argc, char **argv);
 void cli_pretrain_help(void); /* src/cli/pretrain.c */
-/* Blocks of their --help (src/cli/train.c). */
+/* Blocks of their --help (src/cli/train_options.c). */
 void cli_print_training_options(cli_training_kind kind);
 void cli_print_model_options(cli_training_kind kind);
 void cli_print_output_help(const char *cmd);

@@ -1,6 +1,7 @@
 /* attnctl pretrain: masked-LM pretraining of the encoder on unlabelled text.
- * The options and the run are train's (src/cli/train.c, the objective as a
- * parameter); this file holds what only pretrain says. */
+ * The options and the run are train's (src/cli/train_options.c and
+ * src/cli/train.c, the objective as a parameter); this file holds what only
+ * pretrain says. */
 #include <stdio.h>
 
 #include "attnctl/mlm.h"

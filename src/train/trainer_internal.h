@@ -1,5 +1,6 @@
 /* Internal to src/train: the trainer's state, shared by the loop
- * (trainer.c) and the masked-LM objective (pretrain.c). */
+ * (trainer.c), its parts (setup.c, step.c, evaluate.c, checkpoint.c,
+ * metrics_log.c, sources.c) and the masked-LM objective (pretrain.c). */
 #ifndef ATTNCTL_TRAINER_INTERNAL_H
 #define ATTNCTL_TRAINER_INTERNAL_H
 
@@ -95,8 +96,25 @@ typedef struct {
     int have_init;
 } trainer;
 
-/* trainer.c helpers the objectives share */
+/* Figures of this session (since the process started), for progress and
+ * the metrics log. */
+typedef struct {
+    double t0;                 /* session start */
+    double train_time;         /* seconds inside training steps */
+    long steps;                /* steps in this session */
+    double examples, tokens;   /* in this session */
+    double tokens_since_eval, time_since_eval;
+    double last_loss, last_lr;
+} session_stats;
+
+/* ---- trainer.c: the loop, and the helpers its parts and the objectives share ---- */
+/* Seconds on the monotonic clock. */
+double trainer_now_s(void);
+/* "dir/name" in new memory, or NULL (err set). */
 char *trainer_path_join(const char *dir, const char *name, ac_err *err);
+/* Copies src into dst[cap], or an error naming what when it does not fit. */
+int trainer_copy_string(char *dst, size_t cap, const char *src, const char *what, ac_err *err);
+/* The error for a NaN or infinite figure at step, saying which checkpoint is intact. */
 int trainer_non_finite_error(const trainer *t, long step, const char *what, double v, ac_err *err);
 /* This rank's share [*begin, *end) of n items (contiguous blocks in order). */
 void trainer_rank_share(const trainer *t, int64_t n, int64_t *begin, int64_t *end);
@@ -111,6 +129,53 @@ int trainer_stop_requested(const trainer *t);
 int trainer_agree_abandon(trainer *t, int abandoned_here, ac_err *err);
 /* What an evaluation pass returns when it was abandoned. */
 #define TRAINER_EVAL_ABANDONED 1
+/* The progress event of the given kind as things stand. */
+void trainer_fill_progress(const trainer *t, const session_stats *s, ac_train_event_kind kind,
+                           ac_train_progress *p);
+/* Passes an event to the caller's progress callback, if any. */
+void trainer_report(const trainer *t, const ac_train_progress *p);
+
+/* ---- setup.c: the start of a run and its end ---- */
+/* Checks the options and makes everything a run needs, fresh or resumed. */
+int trainer_setup(trainer *t, ac_err *err);
+/* Frees what trainer_setup made (also after it failed part-way). */
+void trainer_free(trainer *t);
+/* t->plan: the shuffled, partly cropped training batches of an epoch. */
+int trainer_make_epoch_plan(trainer *t, int epoch, ac_err *err);
+
+/* ---- step.c: one optimizer step ---- */
+/* What trainer_step returns when a stop came before the step's update. */
+#define TRAINER_STEP_DROPPED 1
+/* One optimizer step on the next batch: 0, TRAINER_STEP_DROPPED or -1. */
+int trainer_step(trainer *t, session_stats *s, ac_err *err);
+
+/* ---- evaluate.c: evaluations during training ---- */
+/* Evaluates, then writes the metrics, the best model and the checkpoint. */
+int trainer_evaluate_and_save(trainer *t, session_stats *s, ac_train_result *res, ac_err *err);
+
+/* ---- checkpoint.c: the best model and the resumable checkpoint ---- */
+/* Saves the model (the best so far) into the output directory. */
+int trainer_save_best(trainer *t, ac_err *err);
+/* Saves checkpoint/; stopping: the run stops after it, under a deadline. */
+int trainer_save_checkpoint_as(trainer *t, int stopping, ac_err *err);
+/* trainer_save_checkpoint_as, not stopping. */
+int trainer_save_checkpoint(trainer *t, ac_err *err);
+/* Resume: reads the averaged weights saved with the checkpoint's step. */
+int trainer_load_ema(trainer *t, ac_err *err);
+/* Before a resume: finishes a checkpoint save that was cut short (every rank calls it). */
+int trainer_recover_checkpoint(trainer *t, ac_err *err);
+
+/* ---- metrics_log.c: metrics.jsonl and training.svg ---- */
+/* Rewrites metrics.jsonl and training.svg from t->points (the writer only). */
+int trainer_write_metrics_and_curves(const trainer *t, ac_err *err);
+/* Appends an evaluation's figures to t->points. */
+int trainer_push_point(trainer *t, const ac_metric_point *p, ac_err *err);
+/* Resume: reads the log of earlier sessions up to max_step into t->points. */
+int trainer_load_metrics_until(trainer *t, long max_step, ac_err *err);
+
+/* ---- sources.c: checkpoint/run.json ---- */
+/* Writes run.json: the data files and settings a --resume reads (the writer only). */
+int trainer_write_sources(const trainer *t, ac_err *err);
 
 /* ---- init_from.c: a classifier started from a pretrained encoder ---- */
 /* Loads opt->init_dir, checks that the configuration agrees with it and
