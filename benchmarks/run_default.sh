@@ -11,6 +11,7 @@
 #   RUNS     JSON-lines log to append to [<repo>/benchmarks/runs.jsonl]; /dev/null: none
 #   NOTE     free text stored with the run
 #   KEEP     directory to keep the trained model in (default: thrown away)
+#   ATTNCTL  the binary [<repo>/build/attnctl, built with make -j2]
 #
 # Steps: make -j2 build/attnctl; attnctl train --config CONFIG on train.csv.gz (timed);
 # attnctl eval --json on test.csv.gz, on the short-span test set (one random span of
@@ -43,8 +44,10 @@ CONFIG=$(cd "$(dirname "$CONFIG")" && pwd)/$(basename "$CONFIG")
 DATA=$(cd "$DATA" && pwd)
 
 cd "$repo_root"
-make -j2 build/attnctl >&2
-ATTNCTL=$repo_root/build/attnctl
+if [ -z "${ATTNCTL:-}" ]; then
+    make -j2 build/attnctl >&2
+    ATTNCTL=$repo_root/build/attnctl
+fi
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/run_default.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
