@@ -16,8 +16,9 @@
 # Steps: make -j2 build/attnctl; attnctl train --config CONFIG on train.csv.gz (timed);
 # attnctl eval --json on test.csv.gz, on the short-span test set (one random span of
 # 5-40 words of every test review, benchmarks/make_spans.py --seed 1, labelled with its
-# review's label), on data/short_reviews.csv (240 short out-of-domain reviews, for reporting)
-# and on data/short_dev.csv (300 more, the set to choose short-input recipes on).
+# review's label), on data/short_reviews.csv (240 short out-of-domain reviews, for reporting),
+# on data/short_dev.csv (300 more, the set to choose short-input recipes on) and on
+# data/short_test.csv (600 more, session 24's held-out report, never chosen on).
 # Prints the CPU, config, training time, validation and test accuracy, ECE and Brier
 # score (n/a when eval does not report them), and the accuracy and share called positive
 # on the spans and the short reviews; appends the same figures as one JSON line to RUNS.
@@ -63,11 +64,13 @@ python3 "$here/make_spans.py" "$DATA/test.csv.gz" "$TMP/spans.csv" --seed 1 --mi
 "$ATTNCTL" eval --model "$TMP/model" "$DATA/test.csv.gz" --json >"$TMP/test.json"
 "$ATTNCTL" eval --model "$TMP/model" "$TMP/spans.csv" --json >"$TMP/spans.json"
 "$ATTNCTL" eval --model "$TMP/model" "$repo_root/data/short_reviews.csv" --json >"$TMP/short.json"
-if [ -f "$repo_root/data/short_dev.csv" ]; then
-    "$ATTNCTL" eval --model "$TMP/model" "$repo_root/data/short_dev.csv" --json >"$TMP/short_dev.json"
-else
-    echo '{}' >"$TMP/short_dev.json"
-fi
+for set in short_dev short_test; do
+    if [ -f "$repo_root/data/$set.csv" ]; then
+        "$ATTNCTL" eval --model "$TMP/model" "$repo_root/data/$set.csv" --json >"$TMP/$set.json"
+    else
+        echo '{}' >"$TMP/$set.json"
+    fi
+done
 
 if [ -n "$KEEP" ]; then
     rm -rf "$KEEP" && cp -r "$TMP/model" "$KEEP"
@@ -107,6 +110,7 @@ def load(name):
     return r
 
 test, spans, short, dev = load("test"), load("spans"), load("short"), load("short_dev")
+fresh = load("short_test")
 
 def fmt(x, spec="%.4f"):
     return "n/a" if x is None else spec % x
@@ -131,6 +135,8 @@ print("short_reviews    accuracy %s   positive %s   (%d rows)"
       % (fmt(short["accuracy"]), pct(short["positive_share"]), short["count"]))
 print("short_dev        accuracy %s   positive %s   (%d rows)"
       % (fmt(dev["accuracy"]), pct(dev["positive_share"]), dev["count"]))
+print("short_test       accuracy %s   positive %s   (%d rows)"
+      % (fmt(fresh["accuracy"]), pct(fresh["positive_share"]), fresh["count"]))
 
 line = {
     "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -144,6 +150,7 @@ line = {
     "short_reviews_accuracy": short["accuracy"],
     "short_reviews_positive_share": short["positive_share"],
     "short_dev_accuracy": dev["accuracy"], "short_dev_positive_share": dev["positive_share"],
+    "short_test_accuracy": fresh["accuracy"], "short_test_positive_share": fresh["positive_share"],
     "note": note,
 }
 if runs != "/dev/null":
