@@ -714,6 +714,29 @@ START_TEST(test_predict_json)
 }
 END_TEST
 
+/* A model trained with today's defaults reads an emoji as its name: "👍" is
+ * the two tokens of "thumbs up", with the same verdict; the skin tone and
+ * the variation selector add nothing. */
+START_TEST(test_predict_emoji_names)
+{
+    char model[512];
+    model_dir(model, sizeof model);
+    const char *input = "\xF0\x9F\x91\x8D\nthumbs up\n\xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD\xEF\xB8\x8F\n";
+    const char *args[] = {"predict", "--model", model, "--json", NULL};
+    result r = run_with_input(args, input, strlen(input));
+    ck_assert_msg(r.status == 0, "status %d, stderr: %s", r.status, r.err);
+    char *lines[4];
+    ck_assert_int_eq(split_lines(r.out, lines, 4), 3);
+    ck_assert_str_eq(lines[0], lines[1]);
+    ck_assert_str_eq(lines[0], lines[2]);
+    cJSON *o = cJSON_Parse(lines[0]);
+    ck_assert_ptr_nonnull(o);
+    ck_assert_double_eq(json_num(o, "tokens"), 2);
+    cJSON_Delete(o);
+    result_free(&r);
+}
+END_TEST
+
 START_TEST(test_predict_threshold)
 {
     char model[512];
@@ -1083,6 +1106,7 @@ int main(void)
         tcase_add_test(tc, test_eval_errors_explained);
         tcase_add_test(tc, test_predict_awkward_lines);
         tcase_add_test(tc, test_predict_json);
+        tcase_add_test(tc, test_predict_emoji_names);
         tcase_add_test(tc, test_predict_threshold);
         tcase_add_test(tc, test_predict_matches_eval);
         tcase_add_test(tc, test_predict_interactive);

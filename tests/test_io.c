@@ -1081,7 +1081,7 @@ END_TEST
 /* full = 1: every key and section of a written config is required. */
 /* A config.json of attnctl 0.1 has none of the keys added since: it loads,
  * and they take the values that mean 0.1's behaviour (fixed positions, no
- * n-grams, temperature 1, no crops, plain cross-entropy). */
+ * n-grams, temperature 1, no crops, plain cross-entropy, emoji as tokens). */
 START_TEST(test_config_of_version_0_1_loads)
 {
     ac_config c;
@@ -1095,7 +1095,7 @@ START_TEST(test_config_of_version_0_1_loads)
         "    \"crop_frac\": 0.5,\n", "    \"crop_min\": 1,\n", "    \"crop_max\": 64,\n",
         "    \"label_smoothing\": 0,\n", "    \"token_dropout\": 0,\n", "    \"ema\": 0.999\n",
         "    \"objective\": \"classification\",\n", "    \"mask_frac\": 0.15,\n",
-        "    \"init_model\": \"\",\n",
+        "    \"init_model\": \"\",\n", "    \"emoji_names\": true,\n",
     };
     for (size_t i = 0; i < sizeof added / sizeof added[0]; i++) {
         char *cut = replace_first(text, added[i], "");
@@ -1133,6 +1133,8 @@ START_TEST(test_config_of_version_0_1_loads)
     ck_assert_int_eq(d.model.objective, AC_OBJECTIVE_CLASSIFICATION);
     ck_assert(d.training.mask_frac == 0.15);
     ck_assert_str_eq(d.provenance.init_model, "");
+    ck_assert_int_eq(d.tokenizer.emoji_names, 0); /* each emoji its own token, as before */
+    ck_assert_ptr_null(strstr(text, "emoji_names"));
     ck_assert_ptr_null(strstr(text, "objective"));
     ck_assert_ptr_null(strstr(text, "mask_frac"));
     ck_assert_ptr_null(strstr(text, "init_model"));

@@ -129,6 +129,7 @@ START_TEST(test_tok_defaults)
     ck_assert_int_eq(c.strip_html, 1);
     ck_assert_int_eq(c.split_hyphens, 0);
     ck_assert_int_eq(c.split_apostrophes, 0);
+    ck_assert_int_eq(c.emoji_names, 1);
     ck_assert_int_eq(c.truncation, AC_TRUNC_HEAD_TAIL);
     ck_assert_int_eq(c.head_tokens, 0);
 }
@@ -265,11 +266,40 @@ START_TEST(test_tok_unicode_classes)
     /* letters of any script form words; symbols and emoji stand alone */
     expect_tokens("\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E \xED\x95\x9C\xEA\xB5\xAD\xEC\x96\xB4",
                   "\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E \xED\x95\x9C\xEA\xB5\xAD\xEC\x96\xB4");
-    expect_tokens("great\xF0\x9F\x98\x80\xF0\x9F\x98\x80", "great \xF0\x9F\x98\x80 \xF0\x9F\x98\x80");
+    ac_tokenizer_config plain;
+    ac_tokenizer_config_defaults(&plain);
+    plain.emoji_names = 0;
+    expect_tokens_cfg(&plain, "great\xF0\x9F\x98\x80\xF0\x9F\x98\x80",
+                      "great \xF0\x9F\x98\x80 \xF0\x9F\x98\x80");
     /* default-ignorable code points vanish: soft hyphen, zero-width space/joiner */
     expect_tokens("soft\xC2\xADhyphen zero\xE2\x80\x8Bwidth", "softhyphen zerowidth");
     /* Unicode line and paragraph separators separate */
     expect_tokens("a\xE2\x80\xA8" "b\xE2\x80\xA9" "c", "a b c");
+}
+END_TEST
+
+START_TEST(test_tok_emoji_names)
+{
+    /* an emoji reads as its CLDR name; a skin tone and the emoji variation
+     * selector (U+FE0F) vanish */
+    expect_tokens("great\xF0\x9F\x98\x80\xF0\x9F\x98\x80", "great grinning face grinning face");
+    expect_tokens("Broke on day one \xF0\x9F\x91\x8E\xF0\x9F\x8F\xBD!",
+                  "broke on day one thumbs down !");
+    expect_tokens("\xE2\x9D\xA4\xEF\xB8\x8F\xE2\x98\x95", "red heart hot beverage");
+    /* the table's first and last entries, accents dropped from a name, a
+     * name's apostrophe kept */
+    expect_tokens("\xE2\x86\x94", "left right arrow");
+    expect_tokens("\xF0\x9F\xAB\xB6", "heart hands");
+    expect_tokens("\xF0\x9F\xAA\x85", "pinata");
+    expect_tokens("\xE2\x9B\x91", "rescue worker's helmet");
+    /* not emoji: currency, (c), digits, NFKC's compatibility symbols */
+    expect_tokens("\xE2\x82\xAC" "5 \xC2\xA9 #1 \xE2\x84\xA2", "\xE2\x82\xAC 5 \xC2\xA9 # 1 tm");
+    /* off (models trained before emoji names): each emoji is a token of its own */
+    ac_tokenizer_config plain;
+    ac_tokenizer_config_defaults(&plain);
+    plain.emoji_names = 0;
+    expect_tokens_cfg(&plain, "one \xF0\x9F\x91\x8E\xF0\x9F\x8F\xBD",
+                      "one \xF0\x9F\x91\x8E \xF0\x9F\x8F\xBD");
 }
 END_TEST
 
@@ -297,7 +327,8 @@ static const char *const PIECES[] = {
     "?", ".", "caf\xC3\xA9", "cafe\xCC\x81", "\xCC\x81", "\xCC\xA3", "\xEF\xAC\x81", "\xEF\xBC\xA1\xEF\xBC\xA2",
     "Stra\xC3\x9F\x65", "STRASSE", "\xC4\xB0stanbul", "\xCE\xA3\xCE\x8A\xCE\xA3", "\xCF\x82",
     "\xED\x95\x9C\xEA\xB5\xAD", "\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8", "\xE6\x97\xA5\xE6\x9C\xAC",
-    "\xF0\x9F\x98\x80", "\xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD", "\xE2\x80\x8D", "\xC2\xAD", "\xC2\xA0",
+    "\xF0\x9F\x98\x80", "\xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD", "\xE2\x9D\xA4\xEF\xB8\x8F", "\xE2\x9B\x91",
+    "\xF0\x9F\xAA\x85", "\xE2\x80\xBC", "\xE2\x84\xA2", "\xE2\x80\x8D", "\xC2\xAD", "\xC2\xA0",
     "\xE3\x80\x80", "\xE2\x80\x99", "\xE2\x80\xA8", "\xC2\x85", "\xEF\xBB\xBF", "<br />", "<i>", "</i>",
     "<p>", "<!-- x -->", "<", ">", "&amp;", "&#39;", "&#345;", "&#x159;", "&nbsp;", "&foo;", "&#0;", "&",
     "&#x110000;", "\xFF", "\xC3", "\xE2\x82", "\xED\xA0\x80", "\xF4\x90\x80\x80", "\xC0\xAF", "\xE2\x91\xA0",
@@ -336,14 +367,15 @@ START_TEST(test_tok_reference_mode_matches)
     /* The fast path normalises per white-space stretch and skips utf8proc for
      * ASCII; the reference normalises the whole text in one utf8proc call.
      * They must agree token for token, under every setting. */
-    for (int setting = 0; setting < 8; setting++) {
+    for (int setting = 0; setting < 16; setting++) {
         ac_tokenizer_config cfg;
         ac_tokenizer_config_defaults(&cfg);
+        cfg.emoji_names = !(setting & 8);
         cfg.nfkc = !(setting & 1);
         cfg.casefold = !(setting & 2);
         cfg.split_apostrophes = (setting & 4) != 0;
         cfg.split_hyphens = (setting & 4) != 0;
-        cfg.strip_html = setting != 7;
+        cfg.strip_html = (setting & 7) != 7;
         ac_tokenizer *fast, *ref;
         ck_assert_int_eq(ac_tokenizer_create(&fast, &cfg, NULL), 0);
         ck_assert_int_eq(ac_tokenizer_create(&ref, &cfg, NULL), 0);
@@ -1492,6 +1524,7 @@ int main(void)
     tcase_add_test(tok, test_tok_apostrophes_hyphens);
     tcase_add_test(tok, test_tok_invalid_utf8);
     tcase_add_test(tok, test_tok_unicode_classes);
+    tcase_add_test(tok, test_tok_emoji_names);
     tcase_add_test(tok, test_tok_bad_config);
     tcase_add_test(tok, test_tok_reference_mode_matches);
     tcase_add_test(tok, test_tok_long_text_reuse);

@@ -92,6 +92,7 @@ typedef struct {
     int strip_html;     /* 1: drop tags like <br />, decode entities */
     int split_hyphens;  /* 0: "well-made" is one token; 1: "well", "-", "made" */
     int split_apostrophes; /* 0: "don't" is one token; 1: "don", "'", "t" */
+    int emoji_names;    /* 1: an emoji reads as its English name ("thumbs up"); see tokenize.c */
     ac_truncation truncation;
     int head_tokens;    /* for head+tail: tokens kept from the head (rest from the tail); 0 = max_len/4 */
 } ac_tokenizer_config;

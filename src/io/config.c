@@ -47,6 +47,7 @@ void ac_config_defaults(ac_config *c)
         .strip_html = 1,
         .split_hyphens = 0,
         .split_apostrophes = 0,
+        .emoji_names = 1,
         .truncation = AC_TRUNC_HEAD_TAIL,
         .head_tokens = 0,
     };
@@ -190,6 +191,7 @@ static const key_spec TOKENIZER_KEYS[] = {
     {"strip_html", K_BOOL, AT(tokenizer.strip_html), 0, 1, 0, 0},
     {"split_hyphens", K_BOOL, AT(tokenizer.split_hyphens), 0, 1, 0, 0},
     {"split_apostrophes", K_BOOL, AT(tokenizer.split_apostrophes), 0, 1, 0, 0},
+    {"emoji_names", K_BOOL, AT(tokenizer.emoji_names), 0, 1, SINCE_0_2, 0},
     {"truncation", K_TRUNCATION, AT(tokenizer.truncation), 0, 0, 0, 0},
     {"head_tokens", K_INT, AT(tokenizer.head_tokens), 0, 65536, 0, 0},
 };
@@ -531,7 +533,8 @@ static void store_legacy(void *base, const key_spec *k)
         if (strcmp(LEGACY_VALUES[i].key, k->name) == 0)
             v = LEGACY_VALUES[i].value;
     switch (k->kind) {
-    case K_INT: *(int *)(void *)field = (int)v; break;
+    case K_INT:
+    case K_BOOL: *(int *)(void *)field = (int)v; break;
     case K_FLOAT: *(float *)(void *)field = (float)v; break;
     case K_DOUBLE: *(double *)(void *)field = v; break;
     case K_POSITIONS: *(ac_positions *)(void *)field = (ac_positions)v; break;

@@ -7,13 +7,20 @@
  * composes with nor reorders against its neighbours, so the result is the
  * same as one utf8proc call on the whole text (a test checks this against
  * the reference mode). Only stretches holding other bytes go through
- * utf8proc, into buffers owned by the tokenizer. */
+ * utf8proc, into buffers owned by the tokenizer.
+ *
+ * With emoji_names, an emoji (after normalisation) is replaced by its English
+ * CLDR name between spaces, "👍" by " thumbs up ", as BERTweet's normaliser
+ * does: a vocabulary learnt from reviews rarely holds the emoji themselves,
+ * but knows the words of their names, so "Broke on day one 👎" keeps the
+ * verdict its emoji gives instead of an <unk>. */
 #include <stdlib.h>
 #include <string.h>
 
 #include <utf8proc.h>
 
 #include "attnctl/text.h"
+#include "emoji_names.h"
 #include "text_internal.h"
 
 /* A tag is '<' + letter, '/' or '!' ... '>' within this many bytes. */
@@ -193,6 +200,47 @@ static inline uint32_t utf8_get(const unsigned char *s, size_t *len)
            ((uint32_t)(s[2] & 0x3F) << 6) | (s[3] & 0x3F);
 }
 
+/* The name of emoji cp (from the frozen table), or NULL when cp is none. */
+static const char *emoji_name(uint32_t cp)
+{
+    if (cp < EMOJI_NAMES[0].cp)
+        return NULL;
+    int lo = 0, hi = EMOJI_NAME_COUNT - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (EMOJI_NAMES[mid].cp == cp)
+            return EMOJI_NAMES[mid].name;
+        if (EMOJI_NAMES[mid].cp < cp)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
+    }
+    return NULL;
+}
+
+/* Bytes put_normalized writes for cp. */
+static size_t normalized_size(uint32_t cp, int emoji_names)
+{
+    const char *name = emoji_names ? emoji_name(cp) : NULL;
+    return name ? strlen(name) + 2 : 4;
+}
+
+/* Writes normalised cp: the typographic apostrophe as '\'', an emoji as its
+ * name between spaces (with emoji_names). Returns the byte count. */
+static size_t put_normalized(char *dst, uint32_t cp, int emoji_names)
+{
+    if (cp == 0x2019) /* right single quotation mark: the typographic apostrophe */
+        cp = '\'';
+    const char *name = emoji_names ? emoji_name(cp) : NULL;
+    if (!name)
+        return utf8_put(dst, cp);
+    size_t len = strlen(name);
+    dst[0] = ' ';
+    memcpy(dst + 1, name, len);
+    dst[len + 1] = ' ';
+    return len + 2;
+}
+
 /* ------------------------------------------------------------------- HTML */
 
 static int is_ascii_alpha(unsigned char c)
@@ -359,14 +407,14 @@ static int normalize_slow(ac_tokenizer *t, const char *s, size_t n, size_t *o)
     ncp = utf8proc_normalize_utf32(t->cps, ncp, t->norm_options);
     if (ncp < 0)
         return -1;
-    if (ac_grow((void **)&t->norm, &t->norm_cap, *o + 4 * (size_t)ncp + 1, 1))
+    const int emoji = t->cfg.emoji_names;
+    size_t need = 0;
+    for (utf8proc_ssize_t k = 0; k < ncp; k++)
+        need += normalized_size((uint32_t)t->cps[k], emoji);
+    if (ac_grow((void **)&t->norm, &t->norm_cap, *o + need + 1, 1))
         return -1;
-    for (utf8proc_ssize_t k = 0; k < ncp; k++) {
-        uint32_t cp = (uint32_t)t->cps[k];
-        if (cp == 0x2019) /* right single quotation mark: the typographic apostrophe */
-            cp = '\'';
-        *o += utf8_put(t->norm + *o, cp);
-    }
+    for (utf8proc_ssize_t k = 0; k < ncp; k++)
+        *o += put_normalized(t->norm + *o, (uint32_t)t->cps[k], emoji);
     return 0;
 }
 
@@ -424,17 +472,28 @@ static int normalize_reference(ac_tokenizer *t, const char *s, size_t n, size_t 
                                       &mapped, t->norm_options);
     if (m < 0)
         return -1;
-    if (ac_grow((void **)&t->norm, &t->norm_cap, (size_t)m + 1, 1)) {
+    /* mapped is valid UTF-8: decode it and write it back as the fast path does */
+    const int emoji = t->cfg.emoji_names;
+    size_t need = 0, len;
+    for (utf8proc_ssize_t i = 0; i < m; i += (utf8proc_ssize_t)len) {
+        if (mapped[i] < 0x80) {
+            need++;
+            len = 1;
+        } else {
+            need += normalized_size(utf8_get(mapped + i, &len), emoji);
+        }
+    }
+    if (ac_grow((void **)&t->norm, &t->norm_cap, need + 1, 1)) {
         free(mapped);
         return -1;
     }
     size_t o = 0;
-    for (utf8proc_ssize_t i = 0; i < m;) {
-        if (i + 2 < m && mapped[i] == 0xE2 && mapped[i + 1] == 0x80 && mapped[i + 2] == 0x99) {
-            t->norm[o++] = '\'';
-            i += 3;
+    for (utf8proc_ssize_t i = 0; i < m; i += (utf8proc_ssize_t)len) {
+        if (mapped[i] < 0x80) {
+            t->norm[o++] = (char)mapped[i];
+            len = 1;
         } else {
-            t->norm[o++] = (char)mapped[i++];
+            o += put_normalized(t->norm + o, utf8_get(mapped + i, &len), emoji);
         }
     }
     free(mapped);
@@ -551,6 +610,7 @@ void ac_tokenizer_config_defaults(ac_tokenizer_config *c)
     c->strip_html = 1;
     c->split_hyphens = 0;
     c->split_apostrophes = 0;
+    c->emoji_names = 1;
     c->truncation = AC_TRUNC_HEAD_TAIL;
     c->head_tokens = 0;
 }

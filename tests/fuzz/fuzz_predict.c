@@ -6,7 +6,8 @@
  *
  * Input: two control bytes, then lines (at most BATCH per forward pass).
  *   byte 0, bits 0-1  model: mean / max / cls pooling / mean with a <cls> vocabulary
- *           bits 2-6  tokenizer: nfkc, casefold, strip_html, split_hyphens, split_apostrophes
+ *           bits 2-7  tokenizer: nfkc, casefold, strip_html, split_hyphens, split_apostrophes,
+ *                     emoji_names
  *   byte 1            truncation (value % 3: head, tail, head+tail),
  *                     head_tokens = (value >> 2) % (MAX_LEN + 1)
  * Checks: ids inside the vocabulary, lengths in 1..MAX_LEN, the untruncated
@@ -100,6 +101,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     tcfg.strip_html = (data[0] >> 4) & 1;
     tcfg.split_hyphens = (data[0] >> 5) & 1;
     tcfg.split_apostrophes = (data[0] >> 6) & 1;
+    tcfg.emoji_names = (data[0] >> 7) & 1;
     tcfg.truncation = (ac_truncation)(data[1] % 3);
     tcfg.head_tokens = (data[1] >> 2) % (MAX_LEN + 1);
     const char *p = (const char *)data + 2, *end = (const char *)data + size;

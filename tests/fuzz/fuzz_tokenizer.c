@@ -1,7 +1,7 @@
 /* libFuzzer target: the tokenizer (ac_tokenize).
  *
  * Input: one control byte (bit 0 nfkc, 1 casefold, 2 strip_html,
- * 3 split_hyphens, 4 split_apostrophes), then the text.
+ * 3 split_hyphens, 4 split_apostrophes, 5 emoji_names), then the text.
  * Checks every token (non-empty, valid UTF-8, no white space / NUL / line
  * break inside, pointing into the tokenizer's buffer in order), and that the
  * fast path and the whole-text reference normalisation give the same tokens. */
@@ -45,6 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cfg.strip_html = (ctl >> 2) & 1;
     cfg.split_hyphens = (ctl >> 3) & 1;
     cfg.split_apostrophes = (ctl >> 4) & 1;
+    cfg.emoji_names = (ctl >> 5) & 1;
 
     ac_err err = {{0}};
     ac_tokenizer *fast = NULL, *reference = NULL;

@@ -83,8 +83,9 @@ def csv_seeds():
 
 
 # ------------------------------------------------------------ tokenizer
-# First byte: bit 0 nfkc, 1 casefold, 2 strip_html, 3 split_hyphens, 4 split_apostrophes.
-DEFAULT_TOK = 0b00111
+# First byte: bit 0 nfkc, 1 casefold, 2 strip_html, 3 split_hyphens, 4 split_apostrophes,
+# 5 emoji_names.
+DEFAULT_TOK = 0b100111
 
 TEXTS = {
     "html": "Great<br /><br />film. <i>Alien</i>'s <b>best</b>! <!-- c --> <a href=\"x\">link</a>",
@@ -105,12 +106,12 @@ def tokenizer_seeds():
     for name, text in TEXTS.items():
         raw = text.encode("utf-8") if isinstance(text, str) else text
         put("tokenizer", name, bytes([DEFAULT_TOK]) + raw)
-        put("tokenizer", name + ".split_all", bytes([0b11111]) + raw)
+        put("tokenizer", name + ".split_all", bytes([0b111111]) + raw)
         put("tokenizer", name + ".raw", bytes([0]) + raw)
 
 
 # -------------------------------------------------------------- predict
-# Byte 0: bits 0-1 model, bits 2-6 tokenizer flags; byte 1: truncation, head_tokens.
+# Byte 0: bits 0-1 model, bits 2-7 tokenizer flags; byte 1: truncation, head_tokens.
 def predict_seeds():
     lines = [
         "A wonderful film, great acting and a moving story!",
@@ -119,9 +120,10 @@ def predict_seeds():
         "   \t",
         "caf\u00e9 na\u00efve \u00e9t\u00e9 \u2014 \u6620\u753b \u0444\u0438\u043b\u044c\u043c <br /> don't",
         " ".join(["good"] * 40),
+        "Loved it \U0001f60d\U0001f44d\U0001f3fd broke in a day \U0001f44e",
     ]
     body = "\n".join(lines).encode("utf-8")
-    tok = 0b00111 << 2
+    tok = 0b100111 << 2
     for model in range(4):
         for trunc in range(3):
             put("predict", "lines.m%d.t%d" % (model, trunc),
