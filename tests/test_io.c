@@ -1091,7 +1091,7 @@ START_TEST(test_config_of_version_0_1_loads)
     static const char *const added[] = {
         "    \"positions\": \"learned\",\n", "    \"ngram_order\": 2,\n",
         "    \"ngram_buckets\": 262144,\n", "    \"temperature\": 1\n",
-        "    \"wide_order\": 3,\n", "    \"wide_buckets\": 1048576,\n", "    \"wide_norm\": 0.5,\n",
+        "    \"wide_order\": 3,\n", "    \"wide_buckets\": 4194304,\n", "    \"wide_norm\": 0.5,\n",
         "    \"crop_frac\": 0.5,\n", "    \"crop_min\": 1,\n", "    \"crop_max\": 64,\n",
         "    \"label_smoothing\": 0,\n", "    \"token_dropout\": 0,\n", "    \"ema\": 0.999\n",
         "    \"objective\": \"classification\",\n", "    \"mask_frac\": 0.15,\n",

@@ -37,7 +37,7 @@ void ac_config_defaults(ac_config *c)
         .ngram_order = 2,
         .ngram_buckets = 262144,
         .wide_order = 3,
-        .wide_buckets = 1048576,
+        .wide_buckets = 4194304,
         .wide_norm = 0.5f,
         .temperature = 1.0f,
     };
