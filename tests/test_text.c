@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../src/text/emoji_names.h"
 #include "../src/text/text_internal.h"
 #include "attnctl/rng.h"
 #include "attnctl/text.h"
@@ -300,6 +301,39 @@ START_TEST(test_tok_emoji_names)
     plain.emoji_names = 0;
     expect_tokens_cfg(&plain, "one \xF0\x9F\x91\x8E\xF0\x9F\x8F\xBD",
                       "one \xF0\x9F\x91\x8E \xF0\x9F\x8F\xBD");
+}
+END_TEST
+
+/* Every entry of the table is found (the lookup is a binary search: the
+ * table must be sorted) and reads as its name, word for word. */
+START_TEST(test_tok_emoji_table_complete)
+{
+    ck_assert_int_gt(EMOJI_NAME_COUNT, 1000);
+    ac_tokenizer_config cfg;
+    ac_tokenizer_config_defaults(&cfg);
+    ac_tokenizer *t;
+    ck_assert_int_eq(ac_tokenizer_create(&t, &cfg, NULL), 0);
+    for (int i = 0; i < EMOJI_NAME_COUNT; i++) {
+        if (i > 0)
+            ck_assert_uint_gt(EMOJI_NAMES[i].cp, EMOJI_NAMES[i - 1].cp);
+        uint32_t cp = EMOJI_NAMES[i].cp;
+        char utf8[5] = {(char)(0xF0 | (cp >> 18)), (char)(0x80 | ((cp >> 12) & 0x3F)),
+                        (char)(0x80 | ((cp >> 6) & 0x3F)), (char)(0x80 | (cp & 0x3F)), 0};
+        if (cp < 0x10000) { /* three bytes */
+            utf8[0] = (char)(0xE0 | (cp >> 12));
+            utf8[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+            utf8[2] = (char)(0x80 | (cp & 0x3F));
+            utf8[3] = 0;
+        }
+        for (int ref = 0; ref <= 1; ref++) {
+            ac_tokenizer_set_reference_mode(t, ref);
+            char *got = tokens_joined(t, utf8, strlen(utf8));
+            ck_assert_msg(strcmp(got, EMOJI_NAMES[i].name) == 0, "U+%04X: \"%s\", want \"%s\"",
+                          (unsigned)cp, got, EMOJI_NAMES[i].name);
+            free(got);
+        }
+    }
+    ac_tokenizer_free(t);
 }
 END_TEST
 
@@ -1525,6 +1559,7 @@ int main(void)
     tcase_add_test(tok, test_tok_invalid_utf8);
     tcase_add_test(tok, test_tok_unicode_classes);
     tcase_add_test(tok, test_tok_emoji_names);
+    tcase_add_test(tok, test_tok_emoji_table_complete);
     tcase_add_test(tok, test_tok_bad_config);
     tcase_add_test(tok, test_tok_reference_mode_matches);
     tcase_add_test(tok, test_tok_long_text_reuse);
