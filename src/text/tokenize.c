@@ -218,27 +218,28 @@ static const char *emoji_name(uint32_t cp)
     return NULL;
 }
 
-/* Bytes put_normalized writes for cp. */
-static size_t normalized_size(uint32_t cp, int emoji_names)
-{
-    const char *name = emoji_names ? emoji_name(cp) : NULL;
-    return name ? strlen(name) + 2 : 4;
-}
-
-/* Writes normalised cp: the typographic apostrophe as '\'', an emoji as its
- * name between spaces (with emoji_names). Returns the byte count. */
-static size_t put_normalized(char *dst, uint32_t cp, int emoji_names)
+/* Appends normalised cp to t->norm at *o: the typographic apostrophe as
+ * '\'', an emoji as its name between spaces (with emoji_names). The caller
+ * has made room for cp's UTF-8 bytes here plus `rest` bytes after; a name
+ * grows the buffer itself, so each code point is looked up once. */
+static int append_normalized(ac_tokenizer *t, size_t *o, uint32_t cp, size_t rest)
 {
     if (cp == 0x2019) /* right single quotation mark: the typographic apostrophe */
         cp = '\'';
-    const char *name = emoji_names ? emoji_name(cp) : NULL;
-    if (!name)
-        return utf8_put(dst, cp);
+    const char *name = t->cfg.emoji_names ? emoji_name(cp) : NULL;
+    if (!name) {
+        *o += utf8_put(t->norm + *o, cp);
+        return 0;
+    }
     size_t len = strlen(name);
+    if (ac_grow((void **)&t->norm, &t->norm_cap, *o + len + 2 + rest + 1, 1))
+        return -1;
+    char *dst = t->norm + *o;
     dst[0] = ' ';
     memcpy(dst + 1, name, len);
     dst[len + 1] = ' ';
-    return len + 2;
+    *o += len + 2;
+    return 0;
 }
 
 /* ------------------------------------------------------------------- HTML */
@@ -407,14 +408,11 @@ static int normalize_slow(ac_tokenizer *t, const char *s, size_t n, size_t *o)
     ncp = utf8proc_normalize_utf32(t->cps, ncp, t->norm_options);
     if (ncp < 0)
         return -1;
-    const int emoji = t->cfg.emoji_names;
-    size_t need = 0;
-    for (utf8proc_ssize_t k = 0; k < ncp; k++)
-        need += normalized_size((uint32_t)t->cps[k], emoji);
-    if (ac_grow((void **)&t->norm, &t->norm_cap, *o + need + 1, 1))
+    if (ac_grow((void **)&t->norm, &t->norm_cap, *o + 4 * (size_t)ncp + 1, 1))
         return -1;
     for (utf8proc_ssize_t k = 0; k < ncp; k++)
-        *o += put_normalized(t->norm + *o, (uint32_t)t->cps[k], emoji);
+        if (append_normalized(t, o, (uint32_t)t->cps[k], 4 * (size_t)(ncp - k - 1)))
+            return -1;
     return 0;
 }
 
@@ -472,28 +470,23 @@ static int normalize_reference(ac_tokenizer *t, const char *s, size_t n, size_t 
                                       &mapped, t->norm_options);
     if (m < 0)
         return -1;
-    /* mapped is valid UTF-8: decode it and write it back as the fast path does */
-    const int emoji = t->cfg.emoji_names;
-    size_t need = 0, len;
-    for (utf8proc_ssize_t i = 0; i < m; i += (utf8proc_ssize_t)len) {
-        if (mapped[i] < 0x80) {
-            need++;
-            len = 1;
-        } else {
-            need += normalized_size(utf8_get(mapped + i, &len), emoji);
-        }
-    }
-    if (ac_grow((void **)&t->norm, &t->norm_cap, need + 1, 1)) {
+    if (ac_grow((void **)&t->norm, &t->norm_cap, (size_t)m + 1, 1)) {
         free(mapped);
         return -1;
     }
-    size_t o = 0;
+    /* mapped is valid UTF-8: decode it and write it back as the fast path
+     * does (a code point's own bytes are room enough, except for a name) */
+    size_t o = 0, len;
     for (utf8proc_ssize_t i = 0; i < m; i += (utf8proc_ssize_t)len) {
         if (mapped[i] < 0x80) {
             t->norm[o++] = (char)mapped[i];
             len = 1;
-        } else {
-            o += put_normalized(t->norm + o, utf8_get(mapped + i, &len), emoji);
+            continue;
+        }
+        uint32_t cp = utf8_get(mapped + i, &len);
+        if (append_normalized(t, &o, cp, (size_t)m - (size_t)i - len)) {
+            free(mapped);
+            return -1;
         }
     }
     free(mapped);
