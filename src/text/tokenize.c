@@ -657,7 +657,7 @@ int64_t ac_tokenize(ac_tokenizer *t, const char *text, size_t len, const ac_toke
         n = strip_html(t->html, text, len);
         src = t->html;
     }
-    size_t norm_len;
+    size_t norm_len = 0; /* set by both paths; gcc -O1 cannot see it through the early returns */
     int rc = t->reference_mode ? normalize_reference(t, src, n, &norm_len)
                                : normalize_fast(t, src, n, &norm_len);
     if (rc)
