@@ -737,6 +737,34 @@ START_TEST(test_predict_emoji_names)
 }
 END_TEST
 
+/* A word stretched for emphasis reads as the word: "Loooved this wonnnderful
+ * fiiiilm" gets the verdict of "Loved this wonderful film", to the bit. */
+START_TEST(test_predict_elongations)
+{
+    char model[512];
+    model_dir(model, sizeof model);
+    char vocab_path[600];
+    snprintf(vocab_path, sizeof vocab_path, "%s/vocab.txt", model);
+    FILE *f = fopen(vocab_path, "r");
+    ck_assert_ptr_nonnull(f);
+    int known = 0;
+    char line[256];
+    while (fgets(line, sizeof line, f))
+        known += strcmp(line, "loved\n") == 0 || strcmp(line, "wonderful\n") == 0 ||
+                 strcmp(line, "film\n") == 0;
+    fclose(f);
+    ck_assert_int_eq(known, 3); /* else the two lines would agree as <unk>s */
+    const char *input = "Loved this wonderful film\nLOOOOVED this wonnnderful fiiiilm\n";
+    const char *args[] = {"predict", "--model", model, "--json", NULL};
+    result r = run_with_input(args, input, strlen(input));
+    ck_assert_msg(r.status == 0, "status %d, stderr: %s", r.status, r.err);
+    char *lines[3];
+    ck_assert_int_eq(split_lines(r.out, lines, 3), 2);
+    ck_assert_str_eq(lines[0], lines[1]);
+    result_free(&r);
+}
+END_TEST
+
 START_TEST(test_predict_threshold)
 {
     char model[512];
@@ -1107,6 +1135,7 @@ int main(void)
         tcase_add_test(tc, test_predict_awkward_lines);
         tcase_add_test(tc, test_predict_json);
         tcase_add_test(tc, test_predict_emoji_names);
+        tcase_add_test(tc, test_predict_elongations);
         tcase_add_test(tc, test_predict_threshold);
         tcase_add_test(tc, test_predict_matches_eval);
         tcase_add_test(tc, test_predict_interactive);

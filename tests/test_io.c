@@ -1096,6 +1096,7 @@ START_TEST(test_config_of_version_0_1_loads)
         "    \"label_smoothing\": 0,\n", "    \"token_dropout\": 0,\n", "    \"ema\": 0.999\n",
         "    \"objective\": \"classification\",\n", "    \"mask_frac\": 0.15,\n",
         "    \"init_model\": \"\",\n", "    \"emoji_names\": true,\n",
+        "    \"squeeze_elongations\": true,\n",
     };
     for (size_t i = 0; i < sizeof added / sizeof added[0]; i++) {
         char *cut = replace_first(text, added[i], "");
@@ -1135,6 +1136,8 @@ START_TEST(test_config_of_version_0_1_loads)
     ck_assert_str_eq(d.provenance.init_model, "");
     ck_assert_int_eq(d.tokenizer.emoji_names, 0); /* each emoji its own token, as before */
     ck_assert_ptr_null(strstr(text, "emoji_names"));
+    ck_assert_int_eq(d.tokenizer.squeeze_elongations, 0); /* a stretched word stays <unk> */
+    ck_assert_ptr_null(strstr(text, "squeeze_elongations"));
     ck_assert_ptr_null(strstr(text, "objective"));
     ck_assert_ptr_null(strstr(text, "mask_frac"));
     ck_assert_ptr_null(strstr(text, "init_model"));

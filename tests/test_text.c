@@ -131,6 +131,7 @@ START_TEST(test_tok_defaults)
     ck_assert_int_eq(c.split_hyphens, 0);
     ck_assert_int_eq(c.split_apostrophes, 0);
     ck_assert_int_eq(c.emoji_names, 1);
+    ck_assert_int_eq(c.squeeze_elongations, 1);
     ck_assert_int_eq(c.truncation, AC_TRUNC_HEAD_TAIL);
     ck_assert_int_eq(c.head_tokens, 0);
 }
@@ -469,6 +470,78 @@ static void vocab_expect(const ac_vocab *v, const char *const *want, int n)
         ck_assert_int_eq(ac_vocab_lookup(v, want[i], strlen(want[i])), i);
     }
 }
+
+/* A word stretched for emphasis reads as the word it stretches when the
+ * vocabulary lacks it: runs of three or more letters cut to two, else to one. */
+START_TEST(test_token_id_elongations)
+{
+    const char *texts[] = {"good so cool really love si buen\xC3\xADsimo 10 sooo god"};
+    ac_rawdata d;
+    raw_make(&d, texts, NULL, 1);
+    ac_tokenizer_config cfg;
+    ac_tokenizer_config_defaults(&cfg);
+    ck_assert_int_eq(cfg.squeeze_elongations, 1);
+    ac_vocab v;
+    ac_err err = {{0}};
+    ck_assert_msg(ac_vocab_build(&v, &d, NULL, 1, &cfg, 100, 1, 0, &err) == 0, "%s", err.msg);
+    struct {
+        const char *token, *reads_as; /* reads_as NULL: <unk> */
+    } cases[] = {
+        {"goooood", "good"},           /* cut to two */
+        {"gooood", "good"},
+        {"coooooool", "cool"},
+        {"reallllly", "really"},       /* "ll" is kept, the run of four is cut to two */
+        {"sooo", "sooo"},              /* a stretched form the vocabulary has is itself */
+        {"soooooo", "so"},             /* ... but others are not cut to it */
+        {"loooooveeee", "love"},       /* cut to one: "loovee" is not a word */
+        {"siiiii", "si"},
+        {"buen\xC3\xADsiiiimo", "buen\xC3\xADsimo"}, /* letters beyond ASCII */
+        {"good", "good"},
+        {"goood", "good"},
+        {"goo", NULL},                 /* no run of three: nothing to cut */
+        {"1000", NULL},                /* digits are not stretched letters: never "10" */
+        {"hmmmm", NULL},               /* neither "hmm" nor "hm" is known */
+        {"gggoooooddd", "god"},        /* every run is cut: "ggooddd" -> "god" */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int32_t want = cases[i].reads_as
+                           ? ac_vocab_lookup(&v, cases[i].reads_as, strlen(cases[i].reads_as))
+                           : AC_UNK_ID;
+        if (cases[i].reads_as)
+            ck_assert_msg(want != AC_UNK_ID, "%s", cases[i].reads_as);
+        ck_assert_msg(ac_token_id(&v, &cfg, cases[i].token, strlen(cases[i].token)) == want,
+                      "%s", cases[i].token);
+    }
+    /* Off (models trained before the setting): a stretched word is <unk>. */
+    cfg.squeeze_elongations = 0;
+    ck_assert_int_eq(ac_token_id(&v, &cfg, "goooood", 7), AC_UNK_ID);
+    ck_assert_int_eq(ac_token_id(&v, &cfg, "good", 4), ac_vocab_lookup(&v, "good", 4));
+    cfg.squeeze_elongations = 1;
+    /* Tokens up to 256 bytes are looked at, longer ones not (no copy of a
+     * huge token): "g", 254 "o", "d" is "good"; one "o" more is <unk>. */
+    char big[257];
+    big[0] = 'g';
+    memset(big + 1, 'o', 255);
+    big[255] = 'd';
+    ck_assert_int_eq(ac_token_id(&v, &cfg, big, 256), ac_vocab_lookup(&v, "good", 4));
+    big[255] = 'o';
+    big[256] = 'd';
+    ck_assert_int_eq(ac_token_id(&v, &cfg, big, 257), AC_UNK_ID);
+    /* Encoding goes through it: "SOOOOO Goooood!!" is the ids of "so good!!". */
+    ac_tokenizer *t = NULL;
+    ck_assert_int_eq(ac_tokenizer_create(&t, &cfg, &err), 0);
+    int32_t a[8], b[8];
+    int full_a, full_b;
+    ck_assert_int_eq(ac_encode_text(t, &cfg, &v, "SOOOOO Goooood!!", 16, 8, a, &full_a), 4);
+    ck_assert_int_eq(ac_encode_text(t, &cfg, &v, "so good!!", 9, 8, b, &full_b), 4);
+    ck_assert_int_eq(a[0], b[0]);
+    ck_assert_int_eq(a[1], b[1]);
+    ck_assert_int_eq(a[2], b[2]);
+    ac_tokenizer_free(t);
+    ac_vocab_free(&v);
+    raw_free(&d);
+}
+END_TEST
 
 START_TEST(test_vocab_order_and_ties)
 {
@@ -1567,6 +1640,7 @@ int main(void)
 
     TCase *voc = tcase_create("vocab");
     tcase_add_test(voc, test_vocab_order_and_ties);
+    tcase_add_test(voc, test_token_id_elongations);
     tcase_add_test(voc, test_vocab_training_rows_only);
     tcase_add_test(voc, test_vocab_write_load_roundtrip);
     tcase_add_test(voc, test_vocab_load_lenient);

@@ -93,6 +93,8 @@ typedef struct {
     int split_hyphens;  /* 0: "well-made" is one token; 1: "well", "-", "made" */
     int split_apostrophes; /* 0: "don't" is one token; 1: "don", "'", "t" */
     int emoji_names;    /* 1: an emoji reads as its English name ("thumbs up"); see tokenize.c */
+    int squeeze_elongations; /* 1: an unknown word stretched for emphasis ("goooood") reads
+                                as the known word it stretches ("good"); see ac_token_id */
     ac_truncation truncation;
     int head_tokens;    /* for head+tail: tokens kept from the head (rest from the tail); 0 = max_len/4 */
 } ac_tokenizer_config;
@@ -156,6 +158,11 @@ static inline int32_t ac_vocab_n_specials(const ac_vocab *v)
 int ac_vocab_load(ac_vocab *v, const char *path, ac_err *err);
 int ac_vocab_write(const ac_vocab *v, FILE *f, ac_err *err);
 int32_t ac_vocab_lookup(const ac_vocab *v, const char *s, size_t len); /* AC_UNK_ID if absent */
+/* The id a token encodes to: its vocabulary id; with squeeze_elongations, a
+ * word the vocabulary lacks that has runs of three or more identical letters
+ * reads as the word with those runs cut to two letters if the vocabulary has
+ * it, else cut to one ("goooood" -> "good", "sooo" -> "so"); else <unk>. */
+int32_t ac_token_id(const ac_vocab *v, const ac_tokenizer_config *tcfg, const char *s, size_t len);
 void ac_vocab_free(ac_vocab *v);
 
 /* ------------------------------------------------------------------- corpus */

@@ -41,8 +41,8 @@ static char *clean_utf8(const char *s, size_t len, int no_controls)
  * for head truncation, 0 for tail). Tries the configured split first, then
  * every other one, so the display stays right even if the encoder counts the
  * head share differently. Returns head, or -1 when no split reproduces the ids. */
-static int align_tokens(const ac_vocab *vocab, const ac_token *toks, int64_t n_toks, const int32_t *ids,
-                        int words, int preferred_head)
+static int align_tokens(const ac_vocab *vocab, const ac_tokenizer_config *tc, const ac_token *toks,
+                        int64_t n_toks, const int32_t *ids, int words, int preferred_head)
 {
     if (words > n_toks)
         return -1;
@@ -53,7 +53,7 @@ static int align_tokens(const ac_vocab *vocab, const ac_token *toks, int64_t n_t
         int ok = 1;
         for (int i = 0; i < words && ok; i++) {
             int64_t t = i < head ? i : n_toks - words + i;
-            ok = ac_vocab_lookup(vocab, toks[t].str, toks[t].len) == ids[i];
+            ok = ac_token_id(vocab, tc, toks[t].str, toks[t].len) == ids[i];
         }
         if (ok)
             return head;
@@ -111,7 +111,7 @@ int cli_review_encode(cli_review *r, ac_tokenizer *tok, const ac_tokenizer_confi
     r->full_len = full_len;
     int cls = vocab->with_cls && r->ids[0] == AC_CLS_ID;
     int words = n - cls;
-    int head = align_tokens(vocab, toks, n_toks, r->ids + cls, words,
+    int head = align_tokens(vocab, tc, toks, n_toks, r->ids + cls, words,
                             preferred_head(tc, words, max_len));
     for (int i = 0; i < n; i++) {
         int32_t id = r->ids[i];

@@ -48,6 +48,7 @@ void ac_config_defaults(ac_config *c)
         .split_hyphens = 0,
         .split_apostrophes = 0,
         .emoji_names = 1,
+        .squeeze_elongations = 1,
         .truncation = AC_TRUNC_HEAD_TAIL,
         .head_tokens = 0,
     };
@@ -192,6 +193,7 @@ static const key_spec TOKENIZER_KEYS[] = {
     {"split_hyphens", K_BOOL, AT(tokenizer.split_hyphens), 0, 1, 0, 0},
     {"split_apostrophes", K_BOOL, AT(tokenizer.split_apostrophes), 0, 1, 0, 0},
     {"emoji_names", K_BOOL, AT(tokenizer.emoji_names), 0, 1, SINCE_0_2, 0},
+    {"squeeze_elongations", K_BOOL, AT(tokenizer.squeeze_elongations), 0, 1, SINCE_0_2, 0},
     {"truncation", K_TRUNCATION, AT(tokenizer.truncation), 0, 0, 0, 0},
     {"head_tokens", K_INT, AT(tokenizer.head_tokens), 0, 65536, 0, 0},
 };

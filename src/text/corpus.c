@@ -13,6 +13,8 @@
 #include <omp.h>
 #endif
 
+#include <utf8proc.h>
+
 #include "attnctl/rng.h"
 #include "attnctl/text.h"
 #include "text_internal.h"
@@ -31,6 +33,69 @@
 static int64_t untruncated_length(int64_t n_tokens, int with_cls)
 {
     return (n_tokens > 0 ? n_tokens : 1) + (with_cls ? 1 : 0);
+}
+
+/* Longest token squeezing looks at: words stretched for emphasis are far
+ * shorter, and a huge token must not cost a copy. */
+#define SQUEEZE_MAX_BYTES 256
+
+static int is_letter(utf8proc_int32_t cp)
+{
+    if (cp < 0x80)
+        return (cp | 0x20) >= 'a' && (cp | 0x20) <= 'z';
+    switch (utf8proc_category(cp)) {
+    case UTF8PROC_CATEGORY_LU:
+    case UTF8PROC_CATEGORY_LL:
+    case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* Copies s[0..len) to out with every run of three or more identical letters
+ * cut to `keep` of them (digits stay: "1000" is no elongation). Returns the
+ * new length, len when there was nothing to cut. */
+static size_t squeeze_runs(char *out, const char *s, size_t len, int keep)
+{
+    size_t o = 0, i = 0;
+    while (i < len) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t n = utf8proc_iterate((const utf8proc_uint8_t *)s + i,
+                                              (utf8proc_ssize_t)(len - i), &cp);
+        if (n <= 0) { /* tokens are valid UTF-8; copy a stray byte as it is */
+            out[o++] = s[i++];
+            continue;
+        }
+        size_t w = (size_t)n, run = 1;
+        while (i + (run + 1) * w <= len && memcmp(s + i, s + i + run * w, w) == 0)
+            run++;
+        size_t copies = run >= 3 && is_letter(cp) ? (size_t)keep : run;
+        for (size_t k = 0; k < copies; k++, o += w)
+            memcpy(out + o, s + i, w);
+        i += run * w;
+    }
+    return o;
+}
+
+int32_t ac_token_id(const ac_vocab *v, const ac_tokenizer_config *tcfg, const char *s, size_t len)
+{
+    int32_t id = ac_vocab_lookup(v, s, len);
+    if (id != AC_UNK_ID || !tcfg->squeeze_elongations || len < 3 || len > SQUEEZE_MAX_BYTES)
+        return id;
+    char squeezed[SQUEEZE_MAX_BYTES];
+    /* Two first ("goooood" is "good"), then one ("sooo" is "so"). */
+    for (int keep = 2; keep >= 1; keep--) {
+        size_t n = squeeze_runs(squeezed, s, len, keep);
+        if (n == len)
+            return AC_UNK_ID; /* no run of three letters */
+        id = ac_vocab_lookup(v, squeezed, n);
+        if (id != AC_UNK_ID)
+            return id;
+    }
+    return AC_UNK_ID;
 }
 
 /* Writes the kept ids of toks[0..n_tokens) to ids (room for max_len) and
@@ -67,12 +132,12 @@ static int encode_tokens(const ac_token *toks, int64_t n_tokens, const ac_tokeni
     }
     int64_t unk = 0;
     for (int64_t i = 0; i < head; i++) {
-        int32_t id = ac_vocab_lookup(v, toks[i].str, toks[i].len);
+        int32_t id = ac_token_id(v, tcfg, toks[i].str, toks[i].len);
         unk += id == AC_UNK_ID;
         ids[o++] = id;
     }
     for (int64_t i = n_tokens - tail; i < n_tokens; i++) {
-        int32_t id = ac_vocab_lookup(v, toks[i].str, toks[i].len);
+        int32_t id = ac_token_id(v, tcfg, toks[i].str, toks[i].len);
         unk += id == AC_UNK_ID;
         ids[o++] = id;
     }

@@ -604,6 +604,7 @@ void ac_tokenizer_config_defaults(ac_tokenizer_config *c)
     c->split_hyphens = 0;
     c->split_apostrophes = 0;
     c->emoji_names = 1;
+    c->squeeze_elongations = 1;
     c->truncation = AC_TRUNC_HEAD_TAIL;
     c->head_tokens = 0;
 }

@@ -8,11 +8,13 @@
  *   byte 0, bits 0-1  model: mean / max / cls pooling / mean with a <cls> vocabulary
  *           bits 2-7  tokenizer: nfkc, casefold, strip_html, split_hyphens, split_apostrophes,
  *                     emoji_names
- *   byte 1            truncation (value % 3: head, tail, head+tail),
- *                     head_tokens = (value >> 2) % (MAX_LEN + 1)
+ *   byte 1, bits 0-6  truncation (value % 3: head, tail, head+tail),
+ *                     head_tokens = ((value >> 2) & 31) % (MAX_LEN + 1)
+ *           bit 7     squeeze_elongations
  * Checks: ids inside the vocabulary, lengths in 1..MAX_LEN, the untruncated
  * length >= the kept one, <cls> first (and only there) when the vocabulary has it,
- * and probabilities that are finite and sum to 1. */
+ * and probabilities that are finite and sum to 1; squeezing elongations
+ * changes no id but <unk>s. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -103,7 +105,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     tcfg.split_apostrophes = (data[0] >> 6) & 1;
     tcfg.emoji_names = (data[0] >> 7) & 1;
     tcfg.truncation = (ac_truncation)(data[1] % 3);
-    tcfg.head_tokens = (data[1] >> 2) % (MAX_LEN + 1);
+    tcfg.head_tokens = ((data[1] >> 2) & 31) % (MAX_LEN + 1);
+    tcfg.squeeze_elongations = (data[1] >> 7) & 1;
+    ac_tokenizer_config flipped = tcfg;
+    flipped.squeeze_elongations = !tcfg.squeeze_elongations;
     const char *p = (const char *)data + 2, *end = (const char *)data + size;
 
     ac_err err = {{0}};
@@ -133,6 +138,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (i > 0 && tm->vocab.with_cls) /* <cls> is never a word */
                 FUZZ_CHECK(slot_ids[n][i] != AC_CLS_ID);
         }
+        int32_t other[MAX_LEN];
+        int other_full = -1;
+        FUZZ_CHECK(ac_encode_text(tok, &flipped, &tm->vocab, line, len, MAX_LEN, other,
+                                  &other_full) == got);
+        FUZZ_CHECK(other_full == full_len);
+        const int32_t *plain = tcfg.squeeze_elongations ? other : slot_ids[n];
+        const int32_t *squeezed = tcfg.squeeze_elongations ? slot_ids[n] : other;
+        for (int i = 0; i < got; i++)
+            FUZZ_CHECK(plain[i] == AC_UNK_ID || plain[i] == squeezed[i]);
         slot_len[n++] = got;
         if (n == BATCH) {
             run_batch(tm, slot_ids, slot_len, n);

@@ -111,7 +111,8 @@ def tokenizer_seeds():
 
 
 # -------------------------------------------------------------- predict
-# Byte 0: bits 0-1 model, bits 2-7 tokenizer flags; byte 1: truncation, head_tokens.
+# Byte 0: bits 0-1 model, bits 2-7 tokenizer flags; byte 1: truncation, head_tokens,
+# bit 7 squeeze_elongations.
 def predict_seeds():
     lines = [
         "A wonderful film, great acting and a moving story!",
@@ -121,13 +122,14 @@ def predict_seeds():
         "caf\u00e9 na\u00efve \u00e9t\u00e9 \u2014 \u6620\u753b \u0444\u0438\u043b\u044c\u043c <br /> don't",
         " ".join(["good"] * 40),
         "Loved it \U0001f60d\U0001f44d\U0001f3fd broke in a day \U0001f44e",
+        "Sooooo goooood!!! Baaaad. 1000 \u00e9\u00e9\u00e9 " + "o" * 300,
     ]
     body = "\n".join(lines).encode("utf-8")
     tok = 0b100111 << 2
     for model in range(4):
         for trunc in range(3):
             put("predict", "lines.m%d.t%d" % (model, trunc),
-                bytes([model | tok, trunc | (4 << 2)]) + body)
+                bytes([model | tok, trunc | (4 << 2) | (model & 1) << 7]) + body)
     put("predict", "one_line_no_newline", bytes([0 | tok, 2]) + b"the the the of of")
     put("predict", "invalid_utf8", bytes([1 | tok, 0]) + b"\xff\xfe\x00 good \xc3(\r\n\r\n")
     put("predict", "many_short_lines", bytes([2 | tok, 1]) + b"\n".join([b"a", b"good", b"!"] * 6))
