@@ -714,19 +714,27 @@ START_TEST(test_predict_json)
 }
 END_TEST
 
+/* `predict --json` of the shared model on input, which must give n lines
+ * (lines holds n + 1, to see one too many). */
+static result predict_json(const char *input, char **lines, int n)
+{
+    char model[512];
+    model_dir(model, sizeof model);
+    const char *args[] = {"predict", "--model", model, "--json", NULL};
+    result r = run_with_input(args, input, strlen(input));
+    ck_assert_msg(r.status == 0, "status %d, stderr: %s", r.status, r.err);
+    ck_assert_int_eq(split_lines(r.out, lines, n + 1), n);
+    return r;
+}
+
 /* A model trained with today's defaults reads an emoji as its name: "👍" is
  * the two tokens of "thumbs up", with the same verdict; the skin tone and
  * the variation selector add nothing. */
 START_TEST(test_predict_emoji_names)
 {
-    char model[512];
-    model_dir(model, sizeof model);
-    const char *input = "\xF0\x9F\x91\x8D\nthumbs up\n\xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD\xEF\xB8\x8F\n";
-    const char *args[] = {"predict", "--model", model, "--json", NULL};
-    result r = run_with_input(args, input, strlen(input));
-    ck_assert_msg(r.status == 0, "status %d, stderr: %s", r.status, r.err);
     char *lines[4];
-    ck_assert_int_eq(split_lines(r.out, lines, 4), 3);
+    result r = predict_json(
+        "\xF0\x9F\x91\x8D\nthumbs up\n\xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD\xEF\xB8\x8F\n", lines, 3);
     ck_assert_str_eq(lines[0], lines[1]);
     ck_assert_str_eq(lines[0], lines[2]);
     cJSON *o = cJSON_Parse(lines[0]);
@@ -754,12 +762,8 @@ START_TEST(test_predict_elongations)
                  strcmp(line, "film\n") == 0;
     fclose(f);
     ck_assert_int_eq(known, 3); /* else the two lines would agree as <unk>s */
-    const char *input = "Loved this wonderful film\nLOOOOVED this wonnnderful fiiiilm\n";
-    const char *args[] = {"predict", "--model", model, "--json", NULL};
-    result r = run_with_input(args, input, strlen(input));
-    ck_assert_msg(r.status == 0, "status %d, stderr: %s", r.status, r.err);
     char *lines[3];
-    ck_assert_int_eq(split_lines(r.out, lines, 3), 2);
+    result r = predict_json("Loved this wonderful film\nLOOOOVED this wonnnderful fiiiilm\n", lines, 2);
     ck_assert_str_eq(lines[0], lines[1]);
     result_free(&r);
 }
