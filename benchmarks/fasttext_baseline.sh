@@ -17,6 +17,7 @@
 #     benchmarks/make_spans.py --seed 1 --min 5 --max 40, labelled with its review's label),
 #   - data/short_reviews.csv (240 short reviews written for the project, out of domain),
 #   - data/short_dev.csv (300 more such reviews, the set recipes for short input are chosen on),
+#   - data/short_dev2.csv (600 more, a second development set written in session 26),
 #   - data/short_test.csv (600 more, written in session 24 and never used to choose anything),
 # plus the training time and the wall time of the whole script, and appends one JSON
 # line to benchmarks/runs.jsonl (RUNS=/dev/null to skip that; NOTE=text is stored with it).
@@ -112,6 +113,7 @@ py "$here/make_spans.py" "$DATA/test.csv.gz" "$TMP/spans.csv" --seed 1 --min 5 -
 py "$TMP/to_fasttext.py" "$TMP/spans.csv" "$TMP/spans.txt"
 py "$TMP/to_fasttext.py" "$repo_root/data/short_reviews.csv" "$TMP/short.txt"
 py "$TMP/to_fasttext.py" "$repo_root/data/short_dev.csv" "$TMP/short_dev.txt"
+py "$TMP/to_fasttext.py" "$repo_root/data/short_dev2.csv" "$TMP/short_dev2.txt"
 py "$TMP/to_fasttext.py" "$repo_root/data/short_test.csv" "$TMP/short_test.txt"
 
 t0=$(now)
@@ -119,7 +121,7 @@ t0=$(now)
     -wordNgrams 2 -dim 50 -epoch 10 -lr 0.1 -thread 2 -seed "$SEED" -verbose 1
 t1=$(now)
 
-for set in test spans short short_dev short_test; do
+for set in test spans short short_dev short_dev2 short_test; do
     "$FASTTEXT" predict "$TMP/model.bin" "$TMP/$set.txt" >"$TMP/$set.pred"
     py "$TMP/score.py" "$TMP/$set.txt" "$TMP/$set.pred" >"$TMP/$set.json"
 done
@@ -131,7 +133,7 @@ py - "$TMP" "$t0" "$t1" "$t_start" "$t_end" "$cpu" "$commit" "$RUNS" "$NOTE" "$S
 import datetime, json, sys
 tmp, t0, t1, ts, te, cpu, commit, runs, note, seed = sys.argv[1:]
 r = {k: json.load(open("%s/%s.json" % (tmp, k)))
-     for k in ("test", "spans", "short", "short_dev", "short_test")}
+     for k in ("test", "spans", "short", "short_dev", "short_dev2", "short_test")}
 train_s, wall_s = float(t1) - float(t0), float(te) - float(ts)
 recipe = ("fasttext supervised -wordNgrams 2 -dim 50 -epoch 10 -lr 0.1 -thread 2 -seed %s"
           % seed)
@@ -139,7 +141,8 @@ print("fastText baseline: %s" % recipe)
 print("cpu            %s" % cpu)
 print("training       %.1f s" % train_s)
 for key, name in (("test", "IMDB test"), ("spans", "short-span"), ("short", "short_reviews"),
-                  ("short_dev", "short_dev"), ("short_test", "short_test")):
+                  ("short_dev", "short_dev"), ("short_dev2", "short_dev2"),
+                  ("short_test", "short_test")):
     x = r[key]
     print("%-14s accuracy %.4f   predicted positive %5.1f %%   (%d rows)"
           % (name, x["accuracy"], 100 * x["positive_share"], x["n"]))
@@ -155,6 +158,8 @@ line = {
     "short_reviews_positive_share": r["short"]["positive_share"],
     "short_dev_accuracy": r["short_dev"]["accuracy"],
     "short_dev_positive_share": r["short_dev"]["positive_share"],
+    "short_dev2_accuracy": r["short_dev2"]["accuracy"],
+    "short_dev2_positive_share": r["short_dev2"]["positive_share"],
     "short_test_accuracy": r["short_test"]["accuracy"],
     "short_test_positive_share": r["short_test"]["positive_share"],
     "note": note,

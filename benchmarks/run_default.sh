@@ -17,7 +17,8 @@
 # attnctl eval --json on test.csv.gz, on the short-span test set (one random span of
 # 5-40 words of every test review, benchmarks/make_spans.py --seed 1, labelled with its
 # review's label), on data/short_reviews.csv (240 short out-of-domain reviews, for reporting),
-# on data/short_dev.csv (300 more, the set to choose short-input recipes on) and on
+# on data/short_dev.csv (300 more, the set to choose short-input recipes on), on
+# data/short_dev2.csv (600 more, a second development set, session 26) and on
 # data/short_test.csv (600 more, session 24's held-out report, never chosen on).
 # Prints the CPU, config, training time, validation and test accuracy, ECE and Brier
 # score (n/a when eval does not report them), and the accuracy and share called positive
@@ -64,7 +65,7 @@ python3 "$here/make_spans.py" "$DATA/test.csv.gz" "$TMP/spans.csv" --seed 1 --mi
 "$ATTNCTL" eval --model "$TMP/model" "$DATA/test.csv.gz" --json >"$TMP/test.json"
 "$ATTNCTL" eval --model "$TMP/model" "$TMP/spans.csv" --json >"$TMP/spans.json"
 "$ATTNCTL" eval --model "$TMP/model" "$repo_root/data/short_reviews.csv" --json >"$TMP/short.json"
-for set in short_dev short_test; do
+for set in short_dev short_dev2 short_test; do
     if [ -f "$repo_root/data/$set.csv" ]; then
         "$ATTNCTL" eval --model "$TMP/model" "$repo_root/data/$set.csv" --json >"$TMP/$set.json"
     else
@@ -111,6 +112,7 @@ def load(name):
 
 test, spans, short, dev = load("test"), load("spans"), load("short"), load("short_dev")
 fresh = load("short_test")
+dev2 = load("short_dev2")
 
 def fmt(x, spec="%.4f"):
     return "n/a" if x is None else spec % x
@@ -135,6 +137,8 @@ print("short_reviews    accuracy %s   positive %s   (%d rows)"
       % (fmt(short["accuracy"]), pct(short["positive_share"]), short["count"]))
 print("short_dev        accuracy %s   positive %s   (%d rows)"
       % (fmt(dev["accuracy"]), pct(dev["positive_share"]), dev["count"]))
+print("short_dev2       accuracy %s   positive %s   (%d rows)"
+      % (fmt(dev2["accuracy"]), pct(dev2["positive_share"]), dev2["count"]))
 print("short_test       accuracy %s   positive %s   (%d rows)"
       % (fmt(fresh["accuracy"]), pct(fresh["positive_share"]), fresh["count"]))
 
@@ -150,6 +154,7 @@ line = {
     "short_reviews_accuracy": short["accuracy"],
     "short_reviews_positive_share": short["positive_share"],
     "short_dev_accuracy": dev["accuracy"], "short_dev_positive_share": dev["positive_share"],
+    "short_dev2_accuracy": dev2["accuracy"], "short_dev2_positive_share": dev2["positive_share"],
     "short_test_accuracy": fresh["accuracy"], "short_test_positive_share": fresh["positive_share"],
     "note": note,
 }
