@@ -41,17 +41,7 @@ void ac_config_defaults(ac_config *c)
         .wide_norm = 0.5f,
         .temperature = 1.0f,
     };
-    c->tokenizer = (ac_tokenizer_config){
-        .nfkc = 1,
-        .casefold = 1,
-        .strip_html = 1,
-        .split_hyphens = 0,
-        .split_apostrophes = 0,
-        .emoji_names = 1,
-        .squeeze_elongations = 1,
-        .truncation = AC_TRUNC_HEAD_TAIL,
-        .head_tokens = 0,
-    };
+    ac_tokenizer_config_defaults(&c->tokenizer); /* one place for the tokenizer's defaults */
     c->n_labels = 0; /* class names come from the training data */
     c->labels = NULL;
     c->training = (ac_train_config){
