@@ -24,7 +24,7 @@ export OMPI_MCA_mca_base_component_disable_dlclose=1 PMIX_MCA_mca_base_component
 export LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")" && pwd)/lsan_mpi.supp:print_suppressions=0:fast_unwind_on_malloc=0"
 work=$(mktemp -d /tmp/attnctl_mpi_XXXXXX)
 trap 'rm -rf "$work"' EXIT
-small="--epochs 2 --d-model 32 --ff 64 --max-len 96 --ngram-buckets 4096 --micro-batch 8 --eval-every 4 --quiet"
+small="--epochs 2 --d-model 32 --ff 64 --max-len 96 --ngrams 2 --ngram-buckets 4096 --micro-batch 8 --eval-every 4 --quiet"
 failed=0
 same() { # what file-a file-b
     if cmp -s "$2" "$3"; then echo "[mpi] ok: $1"
@@ -169,7 +169,7 @@ else
         "$work/int_ref/checkpoint/model.safetensors" "$work/int/checkpoint/model.safetensors"
 fi
 
-# The same with the default preset's real checkpoint (226 MB with the AdamW
+# The same with the default preset's real checkpoint (200 MB with the AdamW
 # moments) on IMDB, where the second between SIGTERM and SIGKILL matters:
 # measured 0.3-0.7 s from SIGTERM to the end. A machine busy with other work
 # can make a process miss it (then the previous checkpoint resumes); a second

@@ -93,7 +93,6 @@ START_TEST(test_short_spans_stay_balanced)
     cfg.model.d_model = 32;
     cfg.model.n_heads = 2;
     cfg.model.d_ff = 64;
-    cfg.model.ngram_buckets = 65536;
     cfg.training.epochs = 3;
     char dir[] = "/tmp/attnctl_test_imdb_XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(dir));

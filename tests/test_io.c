@@ -1089,7 +1089,7 @@ START_TEST(test_config_of_version_0_1_loads)
     set_labels(&c, TWO_LABELS, 2);
     char *text = ac_config_to_json(&c);
     static const char *const added[] = {
-        "    \"positions\": \"learned\",\n", "    \"ngram_order\": 2,\n",
+        "    \"positions\": \"learned\",\n", "    \"ngram_order\": 1,\n",
         "    \"ngram_buckets\": 262144,\n", "    \"temperature\": 1\n",
         "    \"wide_order\": 3,\n", "    \"wide_buckets\": 4194304,\n", "    \"wide_norm\": 0.5,\n",
         "    \"crop_frac\": 0.5,\n", "    \"crop_min\": 1,\n", "    \"crop_max\": 64,\n",
@@ -1319,6 +1319,7 @@ static void small_model_make(small_model *s, const char *scratch_dir, int vocab_
     /* the course's fixed positions (no tensor) and a tiny n-gram table,
      * which comes last in the file */
     s->cfg.model.positions = AC_POS_SINUSOIDAL;
+    s->cfg.model.ngram_order = 2;
     s->cfg.model.ngram_buckets = 16;
     s->cfg.model.wide_buckets = 16; /* and a tiny wide table */
     set_labels(&s->cfg, TWO_LABELS, 2);
@@ -1458,6 +1459,7 @@ START_TEST(test_modeldir_masked_lm)
     s.cfg.model.n_layers = SMALL_LAYERS;
     s.cfg.model.objective = AC_OBJECTIVE_MASKED_LM;
     s.cfg.model.n_classes = 0;
+    s.cfg.model.ngram_order = 2;
     s.cfg.model.ngram_buckets = 16;
     ck_assert_msg(ac_vocab_load(&s.vocab, vpath, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(s.vocab.mask_id, 2);

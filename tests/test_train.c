@@ -61,7 +61,8 @@ static void tiny_config(ac_config *c)
     c->model.n_layers = 1;
     c->model.dropout = 0.1f;
     c->model.pooling = AC_POOL_MEAN;
-    c->model.ngram_buckets = 97; /* bigrams on, in a table sized for the tiny data */
+    c->model.ngram_order = 2; /* bigrams on, in a table sized for the tiny data */
+    c->model.ngram_buckets = 97;
     c->training.epochs = 3;
     c->training.batch_size = 4;
     c->training.optim.lr = 3e-3f;
@@ -604,7 +605,7 @@ START_TEST(test_ema_resume_is_bitwise)
     tiny_config(&cfg);
     cfg.training.ema = 0.9f;
     cfg.training.eval_every = 5;
-    ck_assert_int_gt(cfg.model.ngram_buckets, 0); /* lazily averaged rows */
+    ck_assert(ac_model_has_ngrams(&cfg.model)); /* lazily averaged rows */
     char *a = make_temp_dir(), *b = make_temp_dir();
     ac_train_result ra, rb;
     train_ok(&cfg, &raw, a, 0, 0, 0, &ra);
@@ -1455,7 +1456,7 @@ START_TEST(test_cli_pretrain_and_init)
                 i % 3 ? "great" : "dull", i % 2 ? "worked" : "failed");
     ck_assert_int_eq(fclose(f), 0);
     const char *shape = "--d-model 16 --heads 2 --ff 32 --max-len 24 --batch-size 8 --threads 1 "
-                        "--min-count 1 --vocab-size 200 --ngram-buckets 97";
+                        "--min-count 1 --vocab-size 200 --ngrams 2 --ngram-buckets 97";
     char *cmd = NULL;
     ck_assert_int_ge(asprintf(&cmd, "%s pretrain %s " TINY_CSV " --out %s %s --epochs 2 --quiet",
                               bin, lines, mlm, shape),

@@ -34,7 +34,7 @@ step() { # NAME EXPECTED_STATUS COMMAND... (standard input from $input)
 model="$work/model"
 input=/dev/null
 step train 0 $vg "$bin" train data/sample_train.csv --out "$model" --epochs 1 --d-model 16 --heads 2 \
-    --ff 32 --layers 1 --max-len 32 --batch-size 16 --ngram-buckets 1021 --wide-buckets 1021 \
+    --ff 32 --layers 1 --max-len 32 --batch-size 16 --ngrams 2 --ngram-buckets 1021 --wide-buckets 1021 \
     --threads 2 --quiet
 step eval 0 $vg "$bin" eval --model "$model" data/sample_test.csv --json --errors 2
 printf 'A great film.\r\n\n   \nterrible \377\376 acting\n%s\nno final newline' \
@@ -50,13 +50,13 @@ for f in json svg html text; do
 done
 # pretraining (masked LM), fine-tuning from it, and a pretrained model's attention
 step pretrain 0 $vg "$bin" pretrain data/sample_train.csv --out "$work/mlm" --epochs 1 --d-model 16 \
-    --heads 2 --ff 32 --max-len 32 --batch-size 16 --ngram-buckets 1021 --eval-every 20 --threads 2 \
+    --heads 2 --ff 32 --max-len 32 --batch-size 16 --ngrams 2 --ngram-buckets 1021 --eval-every 20 --threads 2 \
     --quiet
 step finetune 0 $vg "$bin" train --init "$work/mlm" data/sample_train.csv --out "$work/finetuned" \
     --epochs 1 --batch-size 16 --wide-buckets 1021 --threads 2 --quiet
 step self-training 0 $vg "$bin" train data/sample_train.csv --teacher "$model" \
     --unlabelled data/sample_test.csv --pseudo-threshold 0.5 --out "$work/student" --epochs 1 \
-    --d-model 16 --heads 2 --ff 32 --max-len 32 --batch-size 16 --ngram-buckets 1021 \
+    --d-model 16 --heads 2 --ff 32 --max-len 32 --batch-size 16 --ngrams 2 --ngram-buckets 1021 \
     --wide-buckets 1021 --threads 2 --quiet
 step inspect-pretrained 0 $vg "$bin" inspect --model "$work/mlm" --format html \
     --out "$work/pretrained.html" "What a wonderful, moving film."

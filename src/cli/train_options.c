@@ -176,7 +176,7 @@ void cli_print_model_options(cli_training_kind kind)
            "      --pooling NAME     %s [%s]\n"
            "      --positions NAME   learned, sinusoidal (the course's fixed table) or none [%s]\n"
            "      --ngrams N         1: words only; 2: + hashed word bigrams; 3: + trigrams [%d]\n"
-           "      --ngram-buckets N  rows of the hashed n-gram table [%d]\n"
+           "      --ngram-buckets N  rows of the hashed n-gram table, with --ngrams 2 or 3 [%d]\n"
            "%s"
            "      --max-len N        tokens per %s, longer ones are truncated [%d]\n"
            "      --truncation NAME  head, tail or head+tail: which tokens a long %s keeps [%s]\n"
