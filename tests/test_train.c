@@ -3,6 +3,7 @@
  * Tiny models on tests/data/train_tiny.csv (42 rows, 2 classes). */
 #include <check.h>
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <ftw.h>
 #include <errno.h>
 #include <math.h>
@@ -988,8 +989,7 @@ START_TEST(test_cli_end_to_end)
                      0);
     ck_assert_int_eq(run_status(cmd), 0);
     const char *files[] = {"config.json", "vocab.txt", "model.safetensors", "metrics.jsonl",
-                           "training.svg", "checkpoint/optimizer.safetensors",
-                           "checkpoint/trainer_state.json", "checkpoint/run.json"};
+                           "training.svg", "checkpoint/trainer_state.json", "checkpoint/run.json"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         char *p = join(out, files[i]);
         ck_assert_msg(access(p, F_OK) == 0, "%s missing", p);
@@ -1438,6 +1438,111 @@ static void expect_cli(const char *cmd, int want, const char *needle)
     free(err);
 }
 
+static int exists_in(const char *dir, const char *name)
+{
+    char *p = join(dir, name);
+    int yes = access(p, F_OK) == 0;
+    free(p);
+    return yes;
+}
+
+/* The checkpoint's weights, AdamW moments and average ("ema-*"): all there or
+ * all gone; its record of the run stays either way. */
+static void assert_checkpoint_state(const char *out, int want_kept)
+{
+    const char *state[] = {"checkpoint/model.safetensors", "checkpoint/optimizer.safetensors"};
+    for (int i = 0; i < 2; i++)
+        ck_assert_msg(exists_in(out, state[i]) == want_kept, "%s/%s: want %s", out, state[i],
+                      want_kept ? "kept" : "removed");
+    char *ckpt = join(out, AC_CHECKPOINT_SUBDIR);
+    DIR *d = opendir(ckpt);
+    ck_assert_ptr_nonnull(d);
+    int n_ema = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        n_ema += strncmp(e->d_name, "ema-", 4) == 0;
+    closedir(d);
+    free(ckpt);
+    ck_assert_int_eq(n_ema, want_kept);
+    const char *record[] = {"checkpoint/run.json", "checkpoint/trainer_state.json",
+                            "checkpoint/config.json", "checkpoint/vocab.txt", "model.safetensors"};
+    for (int i = 0; i < 5; i++)
+        ck_assert_msg(exists_in(out, record[i]), "%s/%s missing", out, record[i]);
+}
+
+/* A run that ends (all epochs, or stopped early) drops the checkpoint's
+ * weights, moments and average, which nothing can continue from (about 200
+ * MB beside the default's 42 MB model); --keep-checkpoint keeps them; a run
+ * stopped by --max-steps keeps them to be resumed; resuming a finished run
+ * does nothing either way, and drops nothing it kept. */
+START_TEST(test_cli_finished_run_drops_its_state)
+{
+    const char *bin = attnctl_binary();
+    if (!bin) {
+        printf("SKIP test_cli_finished_run_drops_its_state: no attnctl binary\n");
+        return;
+    }
+    char *dir = make_temp_dir();
+    const char *shape = "--d-model 16 --heads 2 --ff 32 --max-len 24 --batch-size 4 --threads 1 "
+                        "--ema 0.9 --quiet";
+    char *out = join(dir, "dropped"), *kept = join(dir, "kept"), *part = join(dir, "part"),
+         *early = join(dir, "early"), *cmd = NULL;
+    ck_assert_int_ge(asprintf(&cmd, "%s train " TINY_CSV " --out %s --epochs 2 %s", bin, out, shape),
+                     0);
+    expect_cli(cmd, 0, NULL);
+    free(cmd);
+    assert_checkpoint_state(out, 0);
+    ck_assert_int_ge(asprintf(&cmd, "%s train --resume %s", bin, out), 0);
+    expect_cli(cmd, 0, "nothing to resume");
+    free(cmd);
+
+    ck_assert_int_ge(asprintf(&cmd, "%s train " TINY_CSV " --out %s --epochs 2 %s --keep-checkpoint",
+                              bin, kept, shape),
+                     0);
+    expect_cli(cmd, 0, NULL);
+    free(cmd);
+    assert_checkpoint_state(kept, 1);
+    ck_assert_int_ge(asprintf(&cmd, "%s train --resume %s --quiet", bin, kept), 0);
+    expect_cli(cmd, 0, NULL);
+    free(cmd);
+    assert_checkpoint_state(kept, 1);
+
+    ck_assert_int_ge(asprintf(&cmd, "%s train " TINY_CSV " --out %s --epochs 2 %s --max-steps 3",
+                              bin, part, shape),
+                     0);
+    expect_cli(cmd, 0, NULL);
+    free(cmd);
+    assert_checkpoint_state(part, 1);
+    ck_assert_int_ge(asprintf(&cmd, "%s train --resume %s --quiet", bin, part), 0);
+    expect_cli(cmd, 0, NULL);
+    free(cmd);
+    assert_checkpoint_state(part, 0);
+    assert_same_weights(out, part, 0); /* the same run, dropped state or not */
+
+    ck_assert_int_ge(asprintf(&cmd, "%s train " TINY_CSV " --out %s --epochs 40 --patience 1 "
+                                    "--eval-every 2 %s",
+                              bin, early, shape),
+                     0);
+    expect_cli(cmd, 0, NULL);
+    free(cmd);
+    ac_trainer_state st;
+    ac_err err = {{0}};
+    char *state_path = join(early, "checkpoint/trainer_state.json");
+    ck_assert_msg(ac_trainer_state_load(&st, state_path, &err) == 0, "%s", err.msg);
+    ck_assert_msg(st.epoch < 40 && st.bad_evals >= 1, "not stopped early: epoch %d", st.epoch);
+    free(state_path);
+    assert_checkpoint_state(early, 0);
+    ck_assert_int_ge(asprintf(&cmd, "%s train --resume %s", bin, early), 0);
+    expect_cli(cmd, 0, "nothing to resume");
+    free(cmd);
+    free(out);
+    free(kept);
+    free(part);
+    free(early);
+    rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
 /* The commands: pretrain, fine-tune with --init, eval/predict/inspect on
  * both, usage errors, corrupt input, and pretrain --resume through the CLI. */
 START_TEST(test_cli_pretrain_and_init)
@@ -1570,7 +1675,8 @@ START_TEST(test_cli_pretrain_and_init)
 
     /* through the CLI: stopped at --max-steps, resumed: the state of one run */
     char *r1 = join(dir, "r1"), *r2 = join(dir, "r2");
-    ck_assert_int_ge(asprintf(&cmd, "%s pretrain %s --out %s %s --epochs 2 --eval-every 3 --quiet",
+    ck_assert_int_ge(asprintf(&cmd, "%s pretrain %s --out %s %s --epochs 2 --eval-every 3 --quiet "
+                                    "--keep-checkpoint",
                               bin, lines, r1, shape),
                      0);
     expect_cli(cmd, 0, NULL);
@@ -1581,7 +1687,7 @@ START_TEST(test_cli_pretrain_and_init)
                      0);
     expect_cli(cmd, 0, NULL);
     free(cmd);
-    ck_assert_int_ge(asprintf(&cmd, "%s pretrain --resume %s --quiet", bin, r2), 0);
+    ck_assert_int_ge(asprintf(&cmd, "%s pretrain --resume %s --quiet --keep-checkpoint", bin, r2), 0);
     expect_cli(cmd, 0, NULL);
     free(cmd);
     const char *same[] = {"checkpoint/model.safetensors", "checkpoint/optimizer.safetensors",
@@ -1674,6 +1780,7 @@ int main(void)
     tcase_add_test(tc, test_thread_count_does_not_change_weights);
     tcase_add_test(tc, test_early_stop_by_patience);
     tcase_add_test(tc, test_nan_keeps_last_good_checkpoint);
+    tcase_add_test(tc, test_cli_finished_run_drops_its_state);
     tcase_add_test(tc, test_ema_lazy_rows_match_dense_average);
     tcase_add_test(tc, test_ema_is_an_average_of_trained_weights_only);
     tcase_add_test(tc, test_ema_resume_is_bitwise);

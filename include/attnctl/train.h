@@ -142,6 +142,12 @@ typedef struct {
      * exactly, and only rank 0 writes files. NULL: one process. The result
      * is the same bits for any number of ranks. */
     ac_comm *comm;
+    /* A run that ends finished or stopped early after training steps in
+     * this session: remove the checkpoint's weights, AdamW moments and
+     * average, which nothing can continue from (4-5 times the model's size).
+     * checkpoint/ keeps run.json, trainer_state.json, config.json and
+     * vocab.txt. 0: keep everything (the tests' bitwise comparisons). */
+    int drop_finished_state;
 } ac_train_options;
 
 /* Makes cfg start from the model in init_dir: its tokenizer settings and

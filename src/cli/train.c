@@ -209,6 +209,38 @@ static int resume_sources(train_args *a, const char *out_dir, ac_train_sources *
     return 0;
 }
 
+/* A run that finished drops its checkpoint's weights (unless
+ * --keep-checkpoint): resuming it has nothing to do, as it had with them.
+ * Returns 1 (and says so unless quiet) when out_dir is such a run, 0 when it
+ * is not, -1 on an error already printed. */
+static int resume_of_finished_run(const char *out_dir, const ac_config *cfg, int quiet)
+{
+    if (file_exists_in(out_dir, AC_CHECKPOINT_SUBDIR "/model.safetensors"))
+        return 0;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s/trainer_state.json", out_dir, AC_CHECKPOINT_SUBDIR);
+    ac_trainer_state st;
+    memset(&st, 0, sizeof st);
+    ac_err err;
+    if (ac_trainer_state_load(&st, path, &err))
+        return cli_error("%s", err.msg);
+    const ac_train_config *tc = &cfg->training;
+    int finished = st.epoch >= tc->epochs || (tc->patience > 0 && st.bad_evals >= tc->patience);
+    if (!finished)
+        return 0; /* the library names the missing file */
+    if (!quiet) {
+        if (st.best_step >= 0 && st.best_metric >= 0)
+            fprintf(stderr,
+                    "attnctl: %s: the run finished at step %ld (best validation accuracy %.4f at "
+                    "step %ld); nothing to resume\n",
+                    out_dir, st.step, st.best_metric, st.best_step);
+        else
+            fprintf(stderr, "attnctl: %s: the run finished at step %ld; nothing to resume\n",
+                    out_dir, st.step);
+    }
+    return 1;
+}
+
 /* Comma-separated directories made absolute, so that run.json can be
  * resumed from any working directory (a name that does not resolve is kept
  * as given: the teacher's loading then says what is wrong). */
@@ -379,6 +411,15 @@ static int run_training(cli_training_kind kind, int argc, char **argv, const cli
         goto done;
     }
 
+    /* After the checks a resume makes of its data and pseudo-labels, as
+     * before finished runs dropped their weights. */
+    if (resume) {
+        int finished = resume_of_finished_run(out_dir, &cfg, quiet);
+        if (finished != 0) {
+            rc = finished < 0 ? 1 : 0;
+            goto done;
+        }
+    }
     cli_progress progress;
     cli_progress_init(&progress, quiet);
     ac_train_options to = {
@@ -388,6 +429,7 @@ static int run_training(cli_training_kind kind, int argc, char **argv, const cli
         .out_dir = out_dir,
         .resume = resume,
         .max_steps = a.v[OPT_MAX_STEPS].set ? a.v[OPT_MAX_STEPS].i : 0,
+        .drop_finished_state = !a.v[OPT_KEEP_CHECKPOINT].set,
         .train_path = kind == CLI_PRETRAIN ? NULL : train_path,
         .val_path = val_path,
         .text_column = text_column,

@@ -67,6 +67,7 @@ static const struct option LONG_OPTIONS[] = {
     {"pseudo-threshold", required_argument, NULL, OPT_PSEUDO_THRESHOLD},
     {"mask-frac", required_argument, NULL, OPT_MASK_FRAC},
     {"format", required_argument, NULL, OPT_FORMAT},
+    {"keep-checkpoint", no_argument, NULL, OPT_KEEP_CHECKPOINT},
     {"quiet", no_argument, NULL, OPT_QUIET},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
@@ -83,6 +84,7 @@ static const int PRETRAIN_ONLY[] = {OPT_MASK_FRAC, OPT_FORMAT};
 /* What a resumed run may still be given: anything else would break the
  * promise that it continues exactly as the original run would have. */
 static const int RESUME_ALLOWED[] = {OPT_RESUME, OPT_OUT, OPT_MAX_STEPS, OPT_THREADS, OPT_QUIET,
+                                     OPT_KEEP_CHECKPOINT,
                                      OPT_VAL_FILE, OPT_TEACHER, OPT_UNLABELLED, OPT_HELP};
 
 /* Pretraining without the option: a small held-out share, evaluations
@@ -141,6 +143,9 @@ void cli_print_training_options(cli_training_kind kind)
            "                         decay X per step; 0 = the weights themselves [%g]\n"
            "      --max-steps N      stop after N steps in all, 0 = no limit; the schedule still\n"
            "                         spans all epochs, so the run can be resumed and continued\n"
+           "      --keep-checkpoint  keep checkpoint/'s weights, AdamW moments and average when\n"
+           "                         the run finishes (by default they go: nothing can resume\n"
+           "                         a finished run, and they are 4-5 times the model)\n"
            "      --seed N           seed of every random choice; the same seed gives the same\n"
            "                         model bitwise, whatever --threads [%llu]\n"
            "      --threads N        threads to use [all cores]\n"
@@ -502,7 +507,7 @@ int train_parse_args(train_args *a, cli_training_kind kind, int argc, char **arg
         if (kind == CLI_PRETRAIN ? LISTED(TRAIN_ONLY, c) : LISTED(PRETRAIN_ONLY, c))
             return cli_usage_error(a->cmd, "--%s is an option of attnctl %s only",
                                    option_name(c), kind == CLI_PRETRAIN ? "train" : "pretrain");
-        if (c == OPT_QUIET || c == OPT_HELP) {
+        if (c == OPT_QUIET || c == OPT_HELP || c == OPT_KEEP_CHECKPOINT) {
             a->v[c].set = 1;
             continue;
         }

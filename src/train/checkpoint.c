@@ -123,23 +123,19 @@ static int load_ema_row_steps(trainer *t, const ac_safetensors *st, const char *
 }
 
 /* Removes the averaged weights of every other step. */
-static void remove_other_ema(const trainer *t)
+/* Removes checkpoint/ema-*.safetensors but the file named keep_name (NULL:
+ * every one). */
+static void remove_ema_files(const trainer *t, const char *keep_name)
 {
-    char *keep = ema_path(t, t->state.step, NULL);
     DIR *d = opendir(t->ckpt_dir);
-    if (!d || !keep) {
-        if (d)
-            closedir(d);
-        free(keep);
+    if (!d)
         return;
-    }
-    const char *keep_name = strrchr(keep, '/') + 1;
     struct dirent *ent;
     while ((ent = readdir(d)) != NULL) {
         const char *n = ent->d_name;
         size_t len = strlen(n);
         if (strncmp(n, "ema-", 4) == 0 && len > 16 &&
-            strcmp(n + len - 12, ".safetensors") == 0 && strcmp(n, keep_name) != 0) {
+            strcmp(n + len - 12, ".safetensors") == 0 && (!keep_name || strcmp(n, keep_name) != 0)) {
             char *p = trainer_path_join(t->ckpt_dir, n, NULL);
             if (p)
                 unlink(p);
@@ -147,7 +143,31 @@ static void remove_other_ema(const trainer *t)
         }
     }
     closedir(d);
+}
+
+static void remove_other_ema(const trainer *t)
+{
+    char *keep = ema_path(t, t->state.step, NULL);
+    if (keep)
+        remove_ema_files(t, strrchr(keep, '/') + 1);
     free(keep);
+}
+
+/* The model file goes first: a removal cut short then still reads as a
+ * finished run (no weights to resume from). Best effort: a file left behind
+ * harms nothing, and the run itself succeeded. */
+void trainer_drop_finished_state(const trainer *t)
+{
+    if (!t->writer)
+        return;
+    static const char *const names[] = {"model.safetensors", "optimizer.safetensors"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char *p = trainer_path_join(t->ckpt_dir, names[i], NULL);
+        if (p)
+            unlink(p);
+        free(p);
+    }
+    remove_ema_files(t, NULL);
 }
 
 int trainer_load_ema(trainer *t, ac_err *err)

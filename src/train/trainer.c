@@ -263,8 +263,11 @@ int ac_train(const ac_train_options *opt, ac_train_result *result, ac_err *err)
     if (t.comm && agree_on_setup(&t, rc != 0, err))
         rc = -1;
     if (rc == 0) {
-        res->step = t.state.step;
+        long start_step = res->step = t.state.step;
         rc = run(&t, res, err);
+        if (rc == 0 && opt->drop_finished_state && t.state.step > start_step &&
+            (res->status == AC_TRAIN_FINISHED || res->status == AC_TRAIN_EARLY_STOPPED))
+            trainer_drop_finished_state(&t);
     }
     res->step = t.state.step;
     res->total_steps = t.total_steps;

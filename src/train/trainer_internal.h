@@ -160,6 +160,9 @@ int trainer_save_best(trainer *t, ac_err *err);
 int trainer_save_checkpoint_as(trainer *t, int stopping, ac_err *err);
 /* trainer_save_checkpoint_as, not stopping. */
 int trainer_save_checkpoint(trainer *t, ac_err *err);
+/* Removes a finished run's checkpoint weights, moments and average (writer
+ * only; see ac_train_options.drop_finished_state). */
+void trainer_drop_finished_state(const trainer *t);
 /* Resume: reads the averaged weights saved with the checkpoint's step. */
 int trainer_load_ema(trainer *t, ac_err *err);
 /* Before a resume: finishes a checkpoint save that was cut short (every rank calls it). */
