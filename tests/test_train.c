@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1438,6 +1439,20 @@ static void expect_cli(const char *cmd, int want, const char *needle)
     free(err);
 }
 
+/* expect_cli of a printf-formatted command that must exit 0. */
+static void expect_cli_ok(const char *needle, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void expect_cli_ok(const char *needle, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *cmd = NULL;
+    ck_assert_int_ge(vasprintf(&cmd, fmt, ap), 0);
+    va_end(ap);
+    expect_cli(cmd, 0, needle);
+    free(cmd);
+}
+
 static int exists_in(const char *dir, const char *name)
 {
     char *p = join(dir, name);
@@ -1485,45 +1500,26 @@ START_TEST(test_cli_finished_run_drops_its_state)
     const char *shape = "--d-model 16 --heads 2 --ff 32 --max-len 24 --batch-size 4 --threads 1 "
                         "--ema 0.9 --quiet";
     char *out = join(dir, "dropped"), *kept = join(dir, "kept"), *part = join(dir, "part"),
-         *early = join(dir, "early"), *cmd = NULL;
-    ck_assert_int_ge(asprintf(&cmd, "%s train " TINY_CSV " --out %s --epochs 2 %s", bin, out, shape),
-                     0);
-    expect_cli(cmd, 0, NULL);
-    free(cmd);
+         *early = join(dir, "early");
+    expect_cli_ok(NULL, "%s train " TINY_CSV " --out %s --epochs 2 %s", bin, out, shape);
     assert_checkpoint_state(out, 0);
-    ck_assert_int_ge(asprintf(&cmd, "%s train --resume %s", bin, out), 0);
-    expect_cli(cmd, 0, "nothing to resume");
-    free(cmd);
+    expect_cli_ok("nothing to resume", "%s train --resume %s", bin, out);
 
-    ck_assert_int_ge(asprintf(&cmd, "%s train " TINY_CSV " --out %s --epochs 2 %s --keep-checkpoint",
-                              bin, kept, shape),
-                     0);
-    expect_cli(cmd, 0, NULL);
-    free(cmd);
+    expect_cli_ok(NULL, "%s train " TINY_CSV " --out %s --epochs 2 %s --keep-checkpoint", bin, kept,
+                  shape);
     assert_checkpoint_state(kept, 1);
-    ck_assert_int_ge(asprintf(&cmd, "%s train --resume %s --quiet", bin, kept), 0);
-    expect_cli(cmd, 0, NULL);
-    free(cmd);
+    expect_cli_ok(NULL, "%s train --resume %s --quiet", bin, kept);
     assert_checkpoint_state(kept, 1);
 
-    ck_assert_int_ge(asprintf(&cmd, "%s train " TINY_CSV " --out %s --epochs 2 %s --max-steps 3",
-                              bin, part, shape),
-                     0);
-    expect_cli(cmd, 0, NULL);
-    free(cmd);
+    expect_cli_ok(NULL, "%s train " TINY_CSV " --out %s --epochs 2 %s --max-steps 3", bin, part,
+                  shape);
     assert_checkpoint_state(part, 1);
-    ck_assert_int_ge(asprintf(&cmd, "%s train --resume %s --quiet", bin, part), 0);
-    expect_cli(cmd, 0, NULL);
-    free(cmd);
+    expect_cli_ok(NULL, "%s train --resume %s --quiet", bin, part);
     assert_checkpoint_state(part, 0);
     assert_same_weights(out, part, 0); /* the same run, dropped state or not */
 
-    ck_assert_int_ge(asprintf(&cmd, "%s train " TINY_CSV " --out %s --epochs 40 --patience 1 "
-                                    "--eval-every 2 %s",
-                              bin, early, shape),
-                     0);
-    expect_cli(cmd, 0, NULL);
-    free(cmd);
+    expect_cli_ok(NULL, "%s train " TINY_CSV " --out %s --epochs 40 --patience 1 --eval-every 2 %s",
+                  bin, early, shape);
     ac_trainer_state st;
     ac_err err = {{0}};
     char *state_path = join(early, "checkpoint/trainer_state.json");
@@ -1531,9 +1527,7 @@ START_TEST(test_cli_finished_run_drops_its_state)
     ck_assert_msg(st.epoch < 40 && st.bad_evals >= 1, "not stopped early: epoch %d", st.epoch);
     free(state_path);
     assert_checkpoint_state(early, 0);
-    ck_assert_int_ge(asprintf(&cmd, "%s train --resume %s", bin, early), 0);
-    expect_cli(cmd, 0, "nothing to resume");
-    free(cmd);
+    expect_cli_ok("nothing to resume", "%s train --resume %s", bin, early);
     free(out);
     free(kept);
     free(part);
