@@ -1537,6 +1537,35 @@ START_TEST(test_cli_finished_run_drops_its_state)
 }
 END_TEST
 
+/* Too few rows for a validation split: the error names the training file
+ * (it named only the split). */
+START_TEST(test_cli_too_few_rows_names_the_file)
+{
+    const char *bin = attnctl_binary();
+    if (!bin) {
+        printf("SKIP test_cli_too_few_rows_names_the_file: no attnctl binary\n");
+        return;
+    }
+    char *dir = make_temp_dir();
+    char *csv = join(dir, "two_rows.csv"), *out = join(dir, "m"), *cmd = NULL;
+    FILE *f = fopen(csv, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("review,sentiment\na fine film,positive\na dull film,negative\n", f);
+    ck_assert_int_eq(fclose(f), 0);
+    ck_assert_int_ge(asprintf(&cmd, "%s train %s --out %s --quiet", bin, csv, out), 0);
+    char *want = NULL;
+    ck_assert_int_ge(asprintf(&want, "%s: validation split: ", csv), 0);
+    expect_cli(cmd, 1, want);
+    ck_assert_int_ne(access(out, F_OK), 0); /* nothing written */
+    free(want);
+    free(cmd);
+    free(csv);
+    free(out);
+    rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
 /* The commands: pretrain, fine-tune with --init, eval/predict/inspect on
  * both, usage errors, corrupt input, and pretrain --resume through the CLI. */
 START_TEST(test_cli_pretrain_and_init)
@@ -1775,6 +1804,7 @@ int main(void)
     tcase_add_test(tc, test_early_stop_by_patience);
     tcase_add_test(tc, test_nan_keeps_last_good_checkpoint);
     tcase_add_test(tc, test_cli_finished_run_drops_its_state);
+    tcase_add_test(tc, test_cli_too_few_rows_names_the_file);
     tcase_add_test(tc, test_ema_lazy_rows_match_dense_average);
     tcase_add_test(tc, test_ema_is_an_average_of_trained_weights_only);
     tcase_add_test(tc, test_ema_resume_is_bitwise);

@@ -101,7 +101,8 @@ static int split_rows(trainer *t, ac_err *err)
                                      &t->n_train, &t->val_idx, &t->n_val, err);
         free(one_class);
         if (rc)
-            return ac_err_prefix(err, "validation split");
+            return o->train_path ? ac_err_prefix(err, "%s: validation split", o->train_path)
+                                 : ac_err_prefix(err, "validation split");
         if (o->n_pseudo > 0) {
             int64_t *idx = realloc(t->train_idx, (size_t)(t->n_train + o->n_pseudo) * sizeof *idx);
             if (!idx)
