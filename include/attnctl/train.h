@@ -166,6 +166,12 @@ typedef enum {
     AC_TRAIN_INTERRUPTED = 3,   /* *stop was set; checkpoint saved, resumable */
 } ac_train_status;
 
+/* Where a run whose state is st stands against its settings:
+ * AC_TRAIN_FINISHED (every epoch done), AC_TRAIN_EARLY_STOPPED (patience
+ * evaluations without a better validation accuracy; they count only with
+ * validation rows), or -1 when it can go on. */
+int ac_train_state_ended(const ac_train_config *tc, const ac_trainer_state *st);
+
 typedef struct {
     ac_train_status status;
     long step;                 /* optimizer steps done in total */

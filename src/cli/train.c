@@ -224,10 +224,8 @@ static int resume_of_finished_run(const char *out_dir, const ac_config *cfg, int
     ac_err err;
     if (ac_trainer_state_load(&st, path, &err))
         return cli_error("%s", err.msg);
-    const ac_train_config *tc = &cfg->training;
-    int finished = st.epoch >= tc->epochs || (tc->patience > 0 && st.bad_evals >= tc->patience);
-    if (!finished)
-        return 0; /* the library names the missing file */
+    if (ac_train_state_ended(&cfg->training, &st) < 0)
+        return 0; /* not over: the library names the missing file */
     if (!quiet) {
         if (st.best_step >= 0 && st.best_metric >= 0)
             fprintf(stderr,

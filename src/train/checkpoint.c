@@ -122,7 +122,6 @@ static int load_ema_row_steps(trainer *t, const ac_safetensors *st, const char *
     return 0;
 }
 
-/* Removes the averaged weights of every other step. */
 /* Removes checkpoint/ema-*.safetensors but the file named keep_name (NULL:
  * every one). */
 static void remove_ema_files(const trainer *t, const char *keep_name)
@@ -145,6 +144,7 @@ static void remove_ema_files(const trainer *t, const char *keep_name)
     closedir(d);
 }
 
+/* Removes the averaged weights of every other step. */
 static void remove_other_ema(const trainer *t)
 {
     char *keep = ema_path(t, t->state.step, NULL);

@@ -170,6 +170,15 @@ static int interrupted(trainer *t, ac_train_result *res, ac_err *err)
     return 0;
 }
 
+int ac_train_state_ended(const ac_train_config *tc, const ac_trainer_state *st)
+{
+    if (st->epoch >= tc->epochs)
+        return AC_TRAIN_FINISHED;
+    if (tc->patience > 0 && st->bad_evals >= tc->patience)
+        return AC_TRAIN_EARLY_STOPPED;
+    return -1;
+}
+
 static int run(trainer *t, ac_train_result *res, ac_err *err)
 {
     const ac_train_options *o = t->opt;
@@ -187,12 +196,9 @@ static int run(trainer *t, ac_train_result *res, ac_err *err)
     }
 
     for (;;) {
-        if (t->state.epoch >= tc->epochs) {
-            res->status = AC_TRAIN_FINISHED;
-            break;
-        }
-        if (t->n_val > 0 && tc->patience > 0 && t->state.bad_evals >= tc->patience) {
-            res->status = AC_TRAIN_EARLY_STOPPED;
+        int ended = ac_train_state_ended(tc, &t->state);
+        if (ended >= 0) {
+            res->status = (ac_train_status)ended;
             break;
         }
         if (o->max_steps > 0 && t->state.step >= o->max_steps) {
