@@ -10,7 +10,7 @@
 void cli_pretrain_help(void)
 {
     printf("usage: attnctl pretrain [OPTIONS] TEXT.csv[.gz]|TEXT.txt[.gz]... --out DIR\n"
-           "       attnctl pretrain --resume DIR [--max-steps N] [--threads N] [--quiet]\n"
+           "       attnctl pretrain --resume DIR [--max-steps N] [--threads N] [--keep-checkpoint] [--quiet]\n"
            "\n"
            "Trains the encoder as a masked language model (BERT) on unlabelled text: in each\n"
            "text 15%% of the tokens are predicted from the rest, their input replaced by\n"

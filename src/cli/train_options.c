@@ -209,7 +209,7 @@ void train_print_help(void)
     printf("usage: attnctl train [OPTIONS] TRAIN.csv[.gz] --out DIR\n"
            "       attnctl train --init PRETRAINED [OPTIONS] TRAIN.csv[.gz] --out DIR\n"
            "       attnctl train --teacher MODEL --unlabelled TEXTS [OPTIONS] TRAIN.csv --out DIR\n"
-           "       attnctl train --resume DIR [--max-steps N] [--threads N] [--quiet]\n"
+           "       attnctl train --resume DIR [--max-steps N] [--threads N] [--keep-checkpoint] [--quiet]\n"
            "\n"
            "Builds a vocabulary from the training rows, trains the classifier and keeps the\n"
            "model with the best validation accuracy in DIR (config.json, vocab.txt,\n"
