@@ -2,7 +2,8 @@
 # Data-parallel training gives the same bits (`make check`): on the sample
 # data, model.safetensors after training is byte-identical for 1 process x 1
 # thread, 1 process x 2 threads, `mpirun -np 2` and `-np 4`; a checkpoint written by 2
-# processes resumes on 1 to the same bits; pretraining likewise.
+# processes resumes on 1 to the same bits; pretraining and the mean of
+# members likewise.
 # Usage: tests/mpi_check.sh ATTNCTL   (SKIPs when mpirun or the plugin is missing)
 set -u
 bin=$1
@@ -24,7 +25,7 @@ export OMPI_MCA_mca_base_component_disable_dlclose=1 PMIX_MCA_mca_base_component
 export LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")" && pwd)/lsan_mpi.supp:print_suppressions=0:fast_unwind_on_malloc=0"
 work=$(mktemp -d /tmp/attnctl_mpi_XXXXXX)
 trap 'rm -rf "$work"' EXIT
-small="--epochs 2 --d-model 32 --ff 64 --max-len 96 --ngrams 2 --ngram-buckets 4096 --micro-batch 8 --eval-every 4 --quiet"
+small="--epochs 2 --d-model 32 --ff 64 --max-len 96 --ngrams 2 --ngram-buckets 4096 --micro-batch 8 --eval-every 4 --members 1 --quiet"
 failed=0
 same() { # what file-a file-b
     if cmp -s "$2" "$3"; then echo "[mpi] ok: $1"
@@ -88,6 +89,13 @@ run "pretrain, 2 processes" mpirun -np 2 --oversubscribe --bind-to none \
     "$bin" pretrain "$data" --out "$work/pre2" $pre
 same "pretrain: 2 processes == 1 process" "$work/pre1/model.safetensors" \
     "$work/pre2/model.safetensors"
+# the mean of members: every process averages the files rank 0 wrote
+members="--epochs 1 --d-model 32 --ff 64 --max-len 96 --wide-buckets 4096 --micro-batch 8 --members 2 --quiet --threads 1"
+run "2 members, 1 process" "$bin" train "$data" --out "$work/members1" $members
+run "2 members, 2 processes" mpirun -np 2 --oversubscribe --bind-to none \
+    "$bin" train "$data" --out "$work/members2" $members
+same "2 members: 2 processes == 1 process" "$work/members1/model.safetensors" \
+    "$work/members2/model.safetensors"
 # more ranks than micro-batches: a clear usage error naming --micro-batch
 if mpirun -np 3 --oversubscribe --bind-to none "$bin" train "$data" --out "$work/three" \
        $small --batch-size 8 --max-steps 1 --threads 1 >"$work/out" 2>&1; then

@@ -274,7 +274,8 @@ START_TEST(test_full_disk_keeps_previous_model)
     char dir[1024];
     work_dir(dir, sizeof dir, "full-disk");
     rmdir(dir);
-    const char *args[] = {TRAIN_ARGS(dir), NULL};
+    /* One member: a model is saved at the first evaluation. */
+    const char *args[] = {TRAIN_ARGS(dir), "--members", "1", NULL};
     run_options stop = {.signal = SIGTERM, .signal_after_line = 3};
     run_result r = run_opts(args, &stop);
     ck_assert_msg(r.status == 143, "exit %d: %s", r.status, r.err);

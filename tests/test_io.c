@@ -1081,7 +1081,8 @@ END_TEST
 /* full = 1: every key and section of a written config is required. */
 /* A config.json of attnctl 0.1 has none of the keys added since: it loads,
  * and they take the values that mean 0.1's behaviour (fixed positions, no
- * n-grams, temperature 1, no crops, plain cross-entropy, emoji as tokens). */
+ * n-grams, temperature 1, no crops, plain cross-entropy, emoji as tokens,
+ * one model rather than an average of members). */
 START_TEST(test_config_of_version_0_1_loads)
 {
     ac_config c;
@@ -1093,7 +1094,8 @@ START_TEST(test_config_of_version_0_1_loads)
         "    \"ngram_buckets\": 262144,\n", "    \"temperature\": 1\n",
         "    \"wide_order\": 3,\n", "    \"wide_buckets\": 4194304,\n", "    \"wide_norm\": 0.5,\n",
         "    \"crop_frac\": 0.5,\n", "    \"crop_min\": 1,\n", "    \"crop_max\": 64,\n",
-        "    \"label_smoothing\": 0,\n", "    \"token_dropout\": 0,\n", "    \"ema\": 0.999\n",
+        "    \"label_smoothing\": 0,\n", "    \"token_dropout\": 0,\n", "    \"ema\": 0.999,\n",
+        "    \"members\": 3\n",
         "    \"objective\": \"classification\",\n", "    \"mask_frac\": 0.15,\n",
         "    \"init_model\": \"\",\n", "    \"emoji_names\": true,\n",
         "    \"squeeze_elongations\": true,\n",
@@ -1131,6 +1133,7 @@ START_TEST(test_config_of_version_0_1_loads)
     ck_assert(d.training.label_smoothing == 0.0f);
     ck_assert(d.training.token_dropout == 0.0f);
     ck_assert(d.training.ema == 0.0f);
+    ck_assert_int_eq(d.training.members, 1); /* one model, no average */
     ck_assert_int_eq(d.model.objective, AC_OBJECTIVE_CLASSIFICATION);
     ck_assert(d.training.mask_frac == 0.15);
     ck_assert_str_eq(d.provenance.init_model, "");
@@ -1169,7 +1172,7 @@ START_TEST(test_config_missing_keys)
     const struct { const char *cut; const char *want; } cases[] = {
         {"    \"d_ff\": 256,\n", "x.json: model.d_ff: missing required key"},
         {"    \"casefold\": true,\n", "x.json: tokenizer.casefold: missing required key"},
-        {"    \"ema\": 0.999\n", NULL /* leaves a trailing comma: not JSON */},
+        {"    \"members\": 3\n", NULL /* leaves a trailing comma: not JSON */},
         {"    \"seed\": 1,\n", "x.json: training.seed: missing required key"},
         {"    \"date\": \"\",\n", "x.json: provenance.date: missing required key"},
         {"  \"labels\": [\"negative\", \"positive\"],\n", "x.json: labels: missing required key"},
@@ -1230,6 +1233,8 @@ START_TEST(test_trainer_state_round_trip)
             .bad_evals = 1,
             .train_loss_sum = 1.0 / 3.0,
             .train_loss_count = 42,
+            .member = 2,
+            .steps_before = 5632,
         };
         char *text = ac_trainer_state_to_json(&s);
         ck_assert_ptr_nonnull(text);
@@ -1250,6 +1255,8 @@ START_TEST(test_trainer_state_round_trip)
         ck_assert_int_eq(back.bad_evals, s.bad_evals);
         ck_assert(back.train_loss_sum == s.train_loss_sum);
         ck_assert_int_eq(back.train_loss_count, s.train_loss_count);
+        ck_assert_int_eq(back.member, s.member);
+        ck_assert_int_eq(back.steps_before, s.steps_before);
         free(text);
     }
     /* errors: every field required, no unknown ones, types checked */
@@ -1278,6 +1285,14 @@ START_TEST(test_trainer_state_round_trip)
     ck_assert_msg(ac_trainer_state_parse(&t, num, strlen(num), "t.json", &err) == 0, "%s", err.msg);
     ck_assert(t.seed == 5);
     free(num);
+    /* a state of before weight averages (no member keys) is the first member's */
+    char *old = replace_first(text, ",\n  \"member\": 0,\n  \"steps_before\": 0", "");
+    memset(&t, 0xab, sizeof t);
+    ck_assert_msg(ac_trainer_state_parse(&t, old, strlen(old), "t.json", &err) == 0, "%s\n%s",
+                  err.msg, old);
+    ck_assert_int_eq(t.member, 0);
+    ck_assert_int_eq(t.steps_before, 0);
+    free(old);
     free(text);
 }
 END_TEST

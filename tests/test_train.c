@@ -74,6 +74,7 @@ static void tiny_config(ac_config *c)
     c->training.vocab_max = 200;
     c->training.min_count = 1;
     c->training.seed = 7;
+    c->training.members = 1; /* one model: test_members covers several */
 }
 
 static void read_tiny(ac_rawdata *raw)
@@ -1461,9 +1462,11 @@ static int exists_in(const char *dir, const char *name)
     return yes;
 }
 
-/* The checkpoint's weights, AdamW moments and average ("ema-*"): all there or
- * all gone; its record of the run stays either way. */
-static void assert_checkpoint_state(const char *out, int want_kept)
+/* The checkpoint's weights, AdamW moments and average ("ema-*"), and with
+ * several members their start and kept weights ("member-*"): all there or
+ * all gone; its record of the run stays either way, and the model once there
+ * is one (a run of members has it when the last member ends). */
+static void assert_checkpoint_state(const char *out, int want_kept, int members, int finished)
 {
     const char *state[] = {"checkpoint/model.safetensors", "checkpoint/optimizer.safetensors"};
     for (int i = 0; i < 2; i++)
@@ -1472,23 +1475,33 @@ static void assert_checkpoint_state(const char *out, int want_kept)
     char *ckpt = join(out, AC_CHECKPOINT_SUBDIR);
     DIR *d = opendir(ckpt);
     ck_assert_ptr_nonnull(d);
-    int n_ema = 0;
-    for (struct dirent *e; (e = readdir(d)) != NULL;)
+    int n_ema = 0, n_member = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
         n_ema += strncmp(e->d_name, "ema-", 4) == 0;
+        n_member += strncmp(e->d_name, "member-", 7) == 0;
+    }
     closedir(d);
     free(ckpt);
     ck_assert_int_eq(n_ema, want_kept);
+    if (!want_kept || members == 1)
+        ck_assert_int_eq(n_member, 0);
+    else if (finished)
+        ck_assert_int_eq(n_member, members + 1); /* the start and every member */
+    else
+        ck_assert_int_ge(n_member, 1);
     const char *record[] = {"checkpoint/run.json", "checkpoint/trainer_state.json",
-                            "checkpoint/config.json", "checkpoint/vocab.txt", "model.safetensors"};
-    for (int i = 0; i < 5; i++)
+                            "checkpoint/config.json", "checkpoint/vocab.txt"};
+    for (int i = 0; i < 4; i++)
         ck_assert_msg(exists_in(out, record[i]), "%s/%s missing", out, record[i]);
+    ck_assert_int_eq(exists_in(out, "model.safetensors"), finished || members == 1);
 }
 
 /* A run that ends (all epochs, or stopped early) drops the checkpoint's
  * weights, moments and average, which nothing can continue from (about 200
  * MB beside the default's 42 MB model); --keep-checkpoint keeps them; a run
  * stopped by --max-steps keeps them to be resumed; resuming a finished run
- * does nothing either way, and drops nothing it kept. */
+ * does nothing either way, and drops nothing it kept. The same for one model
+ * and for the mean of members (_i: --members 1, 2). */
 START_TEST(test_cli_finished_run_drops_its_state)
 {
     const char *bin = attnctl_binary();
@@ -1496,26 +1509,30 @@ START_TEST(test_cli_finished_run_drops_its_state)
         printf("SKIP test_cli_finished_run_drops_its_state: no attnctl binary\n");
         return;
     }
+    const int members = _i;
     char *dir = make_temp_dir();
-    const char *shape = "--d-model 16 --heads 2 --ff 32 --max-len 24 --batch-size 4 --threads 1 "
-                        "--ema 0.9 --quiet";
+    char shape[256];
+    snprintf(shape, sizeof shape,
+             "--d-model 16 --heads 2 --ff 32 --max-len 24 --batch-size 4 --threads 1 "
+             "--ema 0.9 --quiet --members %d",
+             members);
     char *out = join(dir, "dropped"), *kept = join(dir, "kept"), *part = join(dir, "part"),
          *early = join(dir, "early");
     expect_cli_ok(NULL, "%s train " TINY_CSV " --out %s --epochs 2 %s", bin, out, shape);
-    assert_checkpoint_state(out, 0);
+    assert_checkpoint_state(out, 0, members, 1);
     expect_cli_ok("nothing to resume", "%s train --resume %s", bin, out);
 
     expect_cli_ok(NULL, "%s train " TINY_CSV " --out %s --epochs 2 %s --keep-checkpoint", bin, kept,
                   shape);
-    assert_checkpoint_state(kept, 1);
+    assert_checkpoint_state(kept, 1, members, 1);
     expect_cli_ok(NULL, "%s train --resume %s --quiet", bin, kept);
-    assert_checkpoint_state(kept, 1);
+    assert_checkpoint_state(kept, 1, members, 1);
 
     expect_cli_ok(NULL, "%s train " TINY_CSV " --out %s --epochs 2 %s --max-steps 3", bin, part,
                   shape);
-    assert_checkpoint_state(part, 1);
+    assert_checkpoint_state(part, 1, members, 0);
     expect_cli_ok(NULL, "%s train --resume %s --quiet", bin, part);
-    assert_checkpoint_state(part, 0);
+    assert_checkpoint_state(part, 0, members, 1);
     assert_same_weights(out, part, 0); /* the same run, dropped state or not */
 
     expect_cli_ok(NULL, "%s train " TINY_CSV " --out %s --epochs 40 --patience 1 --eval-every 2 %s",
@@ -1525,8 +1542,9 @@ START_TEST(test_cli_finished_run_drops_its_state)
     char *state_path = join(early, "checkpoint/trainer_state.json");
     ck_assert_msg(ac_trainer_state_load(&st, state_path, &err) == 0, "%s", err.msg);
     ck_assert_msg(st.epoch < 40 && st.bad_evals >= 1, "not stopped early: epoch %d", st.epoch);
+    ck_assert_int_eq(st.member, members > 1 ? members : 0); /* with members: the average made */
     free(state_path);
-    assert_checkpoint_state(early, 0);
+    assert_checkpoint_state(early, 0, members, 1);
     expect_cli_ok("nothing to resume", "%s train --resume %s", bin, early);
     free(out);
     free(kept);
@@ -1534,6 +1552,138 @@ START_TEST(test_cli_finished_run_drops_its_state)
     free(early);
     rm_rf(dir);
     free(dir);
+}
+END_TEST
+
+/* The float tensors of a weights file, in the model's layout. */
+static float *load_member_weights(const char *dir, const char *name, const ac_model *m)
+{
+    char *ckpt = join(dir, AC_CHECKPOINT_SUBDIR);
+    char *path = join(ckpt, name);
+    ac_safetensors st;
+    ac_err err = {{0}};
+    ck_assert_msg(ac_st_load(&st, path, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(st.n, m->n_tensors);
+    float *w = malloc(m->n_params * sizeof *w);
+    for (int i = 0; i < m->n_tensors; i++) {
+        const ac_st_tensor *t = ac_st_find(&st, m->table[i].name);
+        ck_assert_msg(t != NULL, "%s: no %s", path, m->table[i].name);
+        memcpy(w + m->table[i].offset, ac_st_f32(&st, t), m->table[i].numel * sizeof *w);
+    }
+    ac_st_free(&st);
+    free(path);
+    free(ckpt);
+    return w;
+}
+
+/* training.members 3: the model is the mean of three members trained from
+ * the same start (the first member is the run of one model, the others
+ * differ from it), summed in double in member order; the log says whose
+ * each evaluation is and ends with the average's; a run stopped inside a
+ * member or at a member's last step resumes to the same bits. */
+START_TEST(test_members)
+{
+    ac_rawdata raw;
+    read_tiny(&raw);
+    ac_config cfg;
+    tiny_config(&cfg);
+    cfg.training.ema = 0.9f; /* a member keeps its average: that is what is averaged */
+    char *one = make_temp_dir(), *a = make_temp_dir(), *b = make_temp_dir(), *c = make_temp_dir();
+    ac_train_result r1, ra, rb, rc;
+    ac_err err = {{0}};
+    watcher w;
+    ac_train_options o = {.config = &cfg, .train = &raw, .out_dir = one};
+    ck_assert_msg(ac_train(&o, &r1, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(r1.members, 1);
+
+    cfg.training.members = 3;
+    ck_assert_msg(train_once(&cfg, &raw, NULL, a, 0, 0, 0, &w, &ra, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(ra.status, AC_TRAIN_FINISHED);
+    ck_assert_int_eq(ra.members, 3);
+    ck_assert_int_eq(ra.total_steps, 3 * 24);
+    ck_assert_int_eq(ra.step, 3 * 24);
+    ck_assert_int_eq(w.n_evals, 3 * 3 + 1); /* an evaluation an epoch, then the average's */
+    ck_assert_int_eq(w.n_begin, 1);
+
+    ac_model_dir avg, single;
+    load_dir(&avg, a);
+    load_dir(&single, one);
+    const ac_model *m = &avg.model;
+    ck_assert_int_eq(avg.config.training.members, 3);
+    ck_assert(avg.config.provenance.best_val_accuracy == ra.best_val_accuracy);
+    float *member[3];
+    const char *names[] = {"member-1.safetensors", "member-2.safetensors", "member-3.safetensors"};
+    for (int j = 0; j < 3; j++)
+        member[j] = load_member_weights(a, names[j], m);
+    ck_assert_msg(memcmp(member[0], single.model.params, m->n_params * sizeof(float)) == 0,
+                  "member 1 is not the run of one model");
+    ck_assert(memcmp(member[1], member[0], m->n_params * sizeof(float)) != 0);
+    ck_assert(memcmp(member[2], member[1], m->n_params * sizeof(float)) != 0);
+    for (size_t i = 0; i < m->n_params; i++) {
+        float want = (float)(((double)member[0][i] + member[1][i] + member[2][i]) / 3);
+        ck_assert_msg(m->params[i] == want, "weight %zu: %g, the members' mean %g", i,
+                      (double)m->params[i], (double)want);
+    }
+    /* the state says the average is made; the log, whose each line is */
+    ac_trainer_state st;
+    char *state_path = join(a, AC_CHECKPOINT_SUBDIR "/trainer_state.json");
+    ck_assert_msg(ac_trainer_state_load(&st, state_path, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(st.member, 3);
+    ck_assert_int_eq(st.steps_before, 2 * 24);
+    ck_assert_int_eq(ac_train_state_ended(&cfg.training, &st), AC_TRAIN_FINISHED);
+    char *log_path = join(a, AC_METRICS_FILE);
+    char *log = read_text(log_path);
+    ck_assert_int_eq(count_substr(log, "\"member\": 1}"), 3);
+    ck_assert_int_eq(count_substr(log, "\"member\": 3}"), 3);
+    ck_assert_int_eq(count_substr(log, "\"soup\": true}"), 1);
+    ck_assert_ptr_nonnull(strstr(log, "\"step\": 72,"));
+    ck_assert_int_eq(log[strlen(log) - 2], '}');
+    ck_assert_ptr_nonnull(strstr(strrchr(log, '{'), "\"soup\": true"));
+
+    /* stopped inside member 2, and at member 1's last step: the same bits */
+    const char *stopped[] = {b, c};
+    const long stop_at[] = {24 + 7, 24};
+    ac_train_result *rs[] = {&rb, &rc};
+    for (int k = 0; k < 2; k++) {
+        ck_assert(train_once(&cfg, &raw, NULL, stopped[k], 0, 0, stop_at[k], &w, rs[k], &err) == 0);
+        ck_assert_int_eq(rs[k]->status, AC_TRAIN_INTERRUPTED);
+        ck_assert_int_eq(rs[k]->step, stop_at[k]);
+        ck_assert(!exists_in(stopped[k], "model.safetensors")); /* none before the average */
+        ck_assert_msg(train_once(&cfg, &raw, NULL, stopped[k], 1, 0, 0, &w, rs[k], &err) == 0,
+                      "%s", err.msg);
+        ck_assert_int_eq(rs[k]->status, AC_TRAIN_FINISHED);
+        assert_same_weights(a, stopped[k], 0);
+        char *other_path = join(stopped[k], AC_METRICS_FILE);
+        char *other = read_text(other_path);
+        /* the average's evaluation, up to its timings */
+        char *mine = strrchr(log, '{'), *theirs = strrchr(other, '{');
+        size_t figures = (size_t)(strstr(mine, ", \"lr\"") - mine);
+        ck_assert_msg(strncmp(mine, theirs, figures) == 0, "%s\n%s", mine, theirs);
+        free(other);
+        free(other_path);
+    }
+    /* a finished run resumed does nothing */
+    ck_assert(train_once(&cfg, &raw, NULL, a, 1, 0, 0, &w, &ra, &err) == 0);
+    ck_assert_int_eq(ra.status, AC_TRAIN_FINISHED);
+    ck_assert_int_eq(w.n_steps, 0);
+    ck_assert_int_eq(w.n_evals, 0);
+    for (int j = 0; j < 3; j++)
+        free(member[j]);
+    free(log);
+    free(log_path);
+    free(state_path);
+    ac_model_dir_free(&avg);
+    ac_model_dir_free(&single);
+    ac_config_free(&cfg);
+    ac_rawdata_free(&raw);
+    rm_rf(one);
+    rm_rf(a);
+    rm_rf(b);
+    rm_rf(c);
+    free(one);
+    free(a);
+    free(b);
+    free(c);
 }
 END_TEST
 
@@ -1803,8 +1953,9 @@ int main(void)
     tcase_add_test(tc, test_thread_count_does_not_change_weights);
     tcase_add_test(tc, test_early_stop_by_patience);
     tcase_add_test(tc, test_nan_keeps_last_good_checkpoint);
-    tcase_add_test(tc, test_cli_finished_run_drops_its_state);
+    tcase_add_loop_test(tc, test_cli_finished_run_drops_its_state, 1, 3);
     tcase_add_test(tc, test_cli_too_few_rows_names_the_file);
+    tcase_add_test(tc, test_members);
     tcase_add_test(tc, test_ema_lazy_rows_match_dense_average);
     tcase_add_test(tc, test_ema_is_an_average_of_trained_weights_only);
     tcase_add_test(tc, test_ema_resume_is_bitwise);

@@ -75,6 +75,9 @@ int ac_st_save(const char *path, const ac_st_entry *entries, int n, const char *
 
 /* ------------------------------------------------------------ configuration */
 
+/* At most this many members in a weight average (training.members). */
+#define AC_MAX_MEMBERS 64
+
 typedef struct {
     int epochs;
     int batch_size;
@@ -99,6 +102,11 @@ typedef struct {
     float token_dropout;   /* share of training tokens replaced by <unk> */
     double mask_frac;      /* pretraining (masked LM): share of the tokens predicted */
     float ema;             /* decay of the averaged weights used for evaluation and saving; 0 = off */
+    /* Members of a weight average ("model soup"): the classifier is trained
+     * this many times from the same initial weights, each member with its own
+     * shuffle, crops and dropout, and the model is the mean of the members'
+     * kept weights. 1: one run, as before the setting existed. */
+    int members;
 } ac_train_config;
 
 typedef struct {
@@ -153,6 +161,11 @@ typedef struct {
     long train_loss_count;
     int eval_pending;     /* 1: the evaluation due at this step was cut short by a
                            * stop; a resumed run does it first */
+    /* training.members > 1: the member being trained (0-based; step, epoch
+     * and the best figures above are its own), or training.members once the
+     * members' average is made; and the steps of the members before it. */
+    int member;
+    long steps_before;
 } ac_trainer_state;
 
 /* -------------------------------------------------------------- model folder */

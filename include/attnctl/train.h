@@ -52,12 +52,15 @@ typedef enum {
 typedef struct {
     ac_train_event_kind kind;
     ac_objective objective; /* masked LM: val_loss/val_accuracy are masked-token figures */
-    int epoch;             /* 0-based epoch of the last step */
+    int epoch;             /* 0-based epoch of the last step (of the current member) */
     int epochs;
-    long step;             /* optimizer steps done so far (including earlier sessions) */
-    long total_steps;      /* epochs x batches per epoch */
+    long step;             /* optimizer steps done so far (including earlier sessions and
+                              earlier members) */
+    long total_steps;      /* members x epochs x batches per epoch */
+    int member, members;   /* the member being trained (0-based) and training.members */
+    int soup;              /* EVAL: the evaluation of the members' average (the model) */
     long stop_step;        /* where this session will end at the latest: min(total, max_steps) */
-    double epoch_progress; /* step / batches per epoch, e.g. 1.5 */
+    double epoch_progress; /* the member's step / batches per epoch, e.g. 1.5 */
     double examples_per_s, tokens_per_s; /* this session, training steps only */
     double loss;           /* STEP: this batch; EVAL: mean training loss since the previous evaluation */
     double loss_avg;       /* STEP: mean training loss since the previous evaluation */
@@ -174,8 +177,9 @@ int ac_train_state_ended(const ac_train_config *tc, const ac_trainer_state *st);
 
 typedef struct {
     ac_train_status status;
-    long step;                 /* optimizer steps done in total */
-    long total_steps;
+    long step;                 /* optimizer steps done in total (every member's) */
+    long total_steps;          /* members x epochs x batches per epoch */
+    int members;               /* training.members: > 1, the model is their average */
     int epoch;                 /* 0-based epoch the run is in (== epochs when finished) */
     int n_evals;               /* evaluations in this session */
     double best_val_accuracy;  /* -1 when no evaluation had validation rows */

@@ -87,10 +87,18 @@ static void print_begin(const ac_train_progress *ev)
     double trunc = ev->n_train + ev->n_val > 0
                        ? 100.0 * (double)ev->n_truncated / (double)(ev->n_train + ev->n_val)
                        : 0.0;
+    char members[64] = "";
+    if (ev->members > 1)
+        snprintf(members, sizeof members, "%d members x ", ev->members);
     fprintf(stderr,
             "attnctl: %s tokens (%.1f%% unknown, %.1f%% of texts truncated, %.1f%% of batch "
-            "positions padding); %ld steps (%ld per epoch x %d epochs)\n",
-            tokens, unk, trunc, 100.0 * ev->padding_fraction, ev->total_steps, ev->batches_per_epoch, ev->epochs);
+            "positions padding); %ld steps (%s%ld per epoch x %d epochs)\n",
+            tokens, unk, trunc, 100.0 * ev->padding_fraction, ev->total_steps, members,
+            ev->batches_per_epoch, ev->epochs);
+    if (ev->members > 1)
+        fprintf(stderr, "attnctl: the model will be the mean of the %d members' weights (each "
+                        "from the same start, with its own shuffle, crops and dropout)\n",
+                ev->members);
     if (ev->stop_step < ev->total_steps)
         fprintf(stderr, "attnctl: stopping at step %ld (--max-steps)\n", ev->stop_step);
     if (ev->n_val == 0)
@@ -114,10 +122,13 @@ static void draw_bar(cli_progress *p, const ac_train_progress *ev)
     cli_format_count(rate_tok, sizeof rate_tok, ev->tokens_per_s);
     cli_format_duration(eta, sizeof eta, ev->eta_s);
     double loss = isfinite(ev->loss_avg) ? ev->loss_avg : ev->loss;
+    char member[32] = "";
+    if (ev->members > 1)
+        snprintf(member, sizeof member, "member %d/%d ", ev->member + 1, ev->members);
     int len = snprintf(line, sizeof line,
-                       "epoch %d/%d [%s] %ld/%ld %3.0f%% | loss %.4f | ETA %s | %s ex/s %s tok/s",
-                       ev->epoch + 1, ev->epochs, cells, ev->step, stop, 100.0 * frac, loss, eta,
-                       rate_ex, rate_tok);
+                       "%sepoch %d/%d [%s] %ld/%ld %3.0f%% | loss %.4f | ETA %s | %s ex/s %s tok/s",
+                       member, ev->epoch + 1, ev->epochs, cells, ev->step, stop, 100.0 * frac,
+                       loss, eta, rate_ex, rate_tok);
     /* Never wrap: a wrapped line cannot be redrawn with \r. The rates come
      * last, so a narrow terminal loses them first. */
     int width = terminal_width() - 1;
@@ -133,6 +144,16 @@ static void print_eval(const ac_train_progress *ev)
     char tok[32], elapsed[32], val[160];
     cli_format_count(tok, sizeof tok, ev->tokens_per_s);
     cli_format_duration(elapsed, sizeof elapsed, ev->elapsed_s);
+    if (ev->soup) {
+        if (isfinite(ev->val_accuracy))
+            fprintf(stderr, "the mean of the %d members: val loss %.4f, val accuracy %.4f, short "
+                            "spans %.4f (saved), %s\n",
+                    ev->members, ev->val_loss, ev->val_accuracy, ev->val_span_accuracy, elapsed);
+        else
+            fprintf(stderr, "the mean of the %d members: no validation rows (saved), %s\n",
+                    ev->members, elapsed);
+        return;
+    }
     if (isfinite(ev->val_accuracy) && ev->objective == AC_OBJECTIVE_MASKED_LM)
         snprintf(val, sizeof val, "held-out masked-token loss %.4f, accuracy %.4f%s",
                  ev->val_loss, ev->val_accuracy, ev->improved ? " (best, saved)" : "");
@@ -142,8 +163,12 @@ static void print_eval(const ac_train_progress *ev)
                  ev->val_span_accuracy);
     else
         snprintf(val, sizeof val, "no validation rows (saved)");
-    fprintf(stderr, "step %ld/%ld (epoch %.2f): train loss %.4f, %s, lr %.3g, %s tok/s, %s\n",
-            ev->step, ev->total_steps, ev->epoch_progress, ev->loss, val, ev->lr, tok, elapsed);
+    char member[32] = "";
+    if (ev->members > 1)
+        snprintf(member, sizeof member, "member %d/%d, ", ev->member + 1, ev->members);
+    fprintf(stderr, "%sstep %ld/%ld (epoch %.2f): train loss %.4f, %s, lr %.3g, %s tok/s, %s\n",
+            member, ev->step, ev->total_steps, ev->epoch_progress, ev->loss, val, ev->lr, tok,
+            elapsed);
 }
 
 void cli_progress_callback(const ac_train_progress *ev, void *user)

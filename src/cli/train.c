@@ -118,7 +118,18 @@ static void print_result(const ac_train_result *r, const char *out_dir, const ac
     default:
         break;
     }
-    if (r->best_step >= 0 && r->best_val_accuracy >= 0)
+    if (r->members > 1 && r->status == AC_TRAIN_FINISHED && r->best_val_accuracy >= 0)
+        printf("the mean of %d members: validation accuracy %.4f (%ld steps in all); model saved "
+               "in %s\n",
+               r->members, r->best_val_accuracy, r->step, out_dir);
+    else if (r->members > 1 && r->status == AC_TRAIN_FINISHED)
+        printf("the mean of %d members (%ld steps in all, no validation data) saved in %s\n",
+               r->members, r->step, out_dir);
+    else if (r->members > 1)
+        printf("%sno model saved yet: the model is the mean of the %d members, made when the "
+               "last one ends\n",
+               why, r->members);
+    else if (r->best_step >= 0 && r->best_val_accuracy >= 0)
         printf("%sbest %s %.4f (step %ld of %ld); model saved in %s\n", why,
                kind == CLI_PRETRAIN ? "held-out masked-token accuracy" : "validation accuracy",
                r->best_val_accuracy, r->best_step, r->step, out_dir);
@@ -227,7 +238,16 @@ static int resume_of_finished_run(const char *out_dir, const ac_config *cfg, int
     if (ac_train_state_ended(&cfg->training, &st) < 0)
         return 0; /* not over: the library names the missing file */
     if (!quiet) {
-        if (st.best_step >= 0 && st.best_metric >= 0)
+        if (cfg->training.members > 1 && st.best_metric >= 0)
+            fprintf(stderr,
+                    "attnctl: %s: the run finished (the mean of %d members, validation accuracy "
+                    "%.4f); nothing to resume\n",
+                    out_dir, cfg->training.members, st.best_metric);
+        else if (cfg->training.members > 1)
+            fprintf(stderr, "attnctl: %s: the run finished (the mean of %d members); nothing to "
+                            "resume\n",
+                    out_dir, cfg->training.members);
+        else if (st.best_step >= 0 && st.best_metric >= 0)
             fprintf(stderr,
                     "attnctl: %s: the run finished at step %ld (best validation accuracy %.4f at "
                     "step %ld); nothing to resume\n",

@@ -61,6 +61,7 @@ static const struct option LONG_OPTIONS[] = {
     {"label-smoothing", required_argument, NULL, OPT_LABEL_SMOOTHING},
     {"token-dropout", required_argument, NULL, OPT_TOKEN_DROPOUT},
     {"ema", required_argument, NULL, OPT_EMA},
+    {"members", required_argument, NULL, OPT_MEMBERS},
     {"init", required_argument, NULL, OPT_INIT},
     {"teacher", required_argument, NULL, OPT_TEACHER},
     {"unlabelled", required_argument, NULL, OPT_UNLABELLED},
@@ -78,7 +79,7 @@ static const int TRAIN_ONLY[] = {OPT_VAL_FILE, OPT_LABEL_COLUMN, OPT_CROP, OPT_C
                                  OPT_CROP_MAX, OPT_LABEL_SMOOTHING, OPT_TOKEN_DROPOUT, OPT_INIT,
                                  OPT_WIDE, OPT_WIDE_BUCKETS, OPT_WIDE_NORM, OPT_TEACHER,
                                  OPT_UNLABELLED,
-                                 OPT_PSEUDO_THRESHOLD};
+                                 OPT_PSEUDO_THRESHOLD, OPT_MEMBERS};
 static const int PRETRAIN_ONLY[] = {OPT_MASK_FRAC, OPT_FORMAT};
 
 /* What a resumed run may still be given: anything else would break the
@@ -136,9 +137,13 @@ void cli_print_training_options(cli_training_kind kind)
                "                         span lengths of the crops [%d, %d]\n"
                "      --label-smoothing X  target (1-X) on the label and X spread over all "
                "classes [%g]\n"
-               "      --token-dropout X  share of training tokens replaced by <unk> [%g]\n",
+               "      --token-dropout X  share of training tokens replaced by <unk> [%g]\n"
+               "      --members N        train N models from the same initial weights, each\n"
+               "                         with its own shuffle, crops and dropout, and keep the\n"
+               "                         mean of their weights: a model of the usual size, N\n"
+               "                         times the training; 1 = one model [%d]\n",
                t->val_split, t->eval_every, t->patience, t->crop_frac, t->crop_min, t->crop_max,
-               (double)t->label_smoothing, (double)t->token_dropout);
+               (double)t->label_smoothing, (double)t->token_dropout, t->members);
     printf("      --ema X            evaluate and save a moving average of the weights with\n"
            "                         decay X per step; 0 = the weights themselves [%g]\n"
            "      --max-steps N      stop after N steps in all, 0 = no limit; the schedule still\n"
@@ -288,6 +293,12 @@ static int parse_value(train_args *a, int id, const char *arg)
     v->set = 1;
     v->s = arg;
     switch (id) {
+    case OPT_MEMBERS:
+        _Static_assert(AC_MAX_MEMBERS == 64, "the message below names the limit");
+        if (cli_parse_int(arg, 1, AC_MAX_MEMBERS, &i))
+            return bad_value(a->cmd, id, arg, "an integer from 1 to 64");
+        v->i = i;
+        break;
     case OPT_EPOCHS:
         if (cli_parse_int(arg, 1, 1000000, &i))
             return bad_value(a->cmd, id, arg, "an integer from 1 to 1000000");
@@ -595,6 +606,7 @@ void train_apply_overrides(ac_config *c, const train_args *a)
     if (v[OPT_LABEL_SMOOTHING].set) c->training.label_smoothing = (float)v[OPT_LABEL_SMOOTHING].d;
     if (v[OPT_TOKEN_DROPOUT].set) c->training.token_dropout = (float)v[OPT_TOKEN_DROPOUT].d;
     if (v[OPT_EMA].set) c->training.ema = (float)v[OPT_EMA].d;
+    if (v[OPT_MEMBERS].set) c->training.members = (int)v[OPT_MEMBERS].i;
     if (v[OPT_MAX_LEN].set) c->model.max_len = (int)v[OPT_MAX_LEN].i;
     if (v[OPT_POOLING].set) c->model.pooling = (ac_pooling)v[OPT_POOLING].i;
     if (v[OPT_LAYERS].set) c->model.n_layers = (int)v[OPT_LAYERS].i;
@@ -609,6 +621,7 @@ void train_apply_overrides(ac_config *c, const train_args *a)
         t->crop_frac = 0.0;
         t->label_smoothing = 0.0f;
         t->token_dropout = 0.0f;
+        t->members = 1; /* one encoder: a weight average is a classifier's */
         if (!v[OPT_EMA].set)
             t->ema = 0.0f; /* the weight average is measured for classifiers only */
         c->model.wide_order = 0; /* a classifier's head: the fine-tuning run's choice */

@@ -74,6 +74,7 @@ void ac_config_defaults(ac_config *c)
         .label_smoothing = 0.0f,
         .token_dropout = 0.0f,
         .ema = 0.999f,
+        .members = 3,
         .mask_frac = AC_MLM_MASK_FRAC,
     };
     snprintf(c->provenance.version, sizeof c->provenance.version, "%s", AC_VERSION);
@@ -133,6 +134,7 @@ static const struct {
     {"label_smoothing", 0}, {"token_dropout", 0}, {"ema", 0},
     {"objective", AC_OBJECTIVE_CLASSIFICATION}, {"mask_frac", AC_MLM_MASK_FRAC},
     {"micro_batch", 0}, /* 0: the whole batch (set to batch_size after parsing) */
+    {"members", 1},
 };
 
 typedef struct {
@@ -214,6 +216,7 @@ static const key_spec TRAINING_KEYS[] = {
     {"label_smoothing", K_FLOAT, AT(training.label_smoothing), 0, 1, HI_OPEN | SINCE_0_2, 0},
     {"token_dropout", K_FLOAT, AT(training.token_dropout), 0, 1, HI_OPEN | SINCE_0_2, 0},
     {"ema", K_FLOAT, AT(training.ema), 0, 1, HI_OPEN | SINCE_0_2, 0},
+    {"members", K_INT, AT(training.members), 1, AC_MAX_MEMBERS, SINCE_0_2, 0},
 };
 
 static const key_spec PROVENANCE_KEYS[] = {
@@ -529,6 +532,7 @@ static void store_legacy(void *base, const key_spec *k)
     case K_BOOL: *(int *)(void *)field = (int)v; break;
     case K_FLOAT: *(float *)(void *)field = (float)v; break;
     case K_DOUBLE: *(double *)(void *)field = v; break;
+    case K_LONG: *(long *)(void *)field = (long)v; break;
     case K_POSITIONS: *(ac_positions *)(void *)field = (ac_positions)v; break;
     case K_OBJECTIVE: *(ac_objective *)(void *)field = (ac_objective)v; break;
     default: break; /* K_NGRAM_HASH, K_WIDE_HASH: nothing stored */
@@ -995,6 +999,8 @@ static const key_spec STATE_KEYS[] = {
     {"train_loss_sum", K_REAL, ST(train_loss_sum), 0, 0, 0, 0},
     {"train_loss_count", K_LONG, ST(train_loss_count), 0, MAX_EXACT_INT, 0, 0},
     {"eval_pending", K_INT, ST(eval_pending), 0, 1, SINCE_0_2, 0},
+    {"member", K_INT, ST(member), 0, AC_MAX_MEMBERS, SINCE_0_2, 0},
+    {"steps_before", K_LONG, ST(steps_before), 0, MAX_EXACT_INT, SINCE_0_2, 0},
 };
 static const section_spec STATE_SECTION = {"", STATE_KEYS, N_OF(STATE_KEYS)};
 

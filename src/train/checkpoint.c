@@ -23,6 +23,9 @@ static void set_date(ac_provenance *p)
 
 int trainer_save_best(trainer *t, ac_err *err)
 {
+    /* A member's kept weights wait for the average; the average is the model. */
+    if (trainer_has_members(t) && t->state.member < t->cfg.training.members)
+        return trainer_save_member(t, err);
     if (!t->writer) {
         t->model_saved = 1;
         return 0;
@@ -35,8 +38,9 @@ int trainer_save_best(trainer *t, ac_err *err)
     return 0;
 }
 
-/* checkpoint/ema-STEP.safetensors: named by step, so that the file of the
- * checkpoint on disk survives a crash while the next one is written. */
+/* checkpoint/ema-STEP.safetensors: named by the run's step (members
+ * counted one after another), so that the file of the checkpoint on disk
+ * survives a crash while the next one is written. */
 static char *ema_path(const trainer *t, long step, ac_err *err)
 {
     char name[64];
@@ -62,7 +66,7 @@ static int save_ema(trainer *t, ac_err *err)
     char (*names)[AC_PARAM_NAME_LEN + 8] = calloc((size_t)m->n_tensors, sizeof *names);
     float *hi = malloc((size_t)(e->rows ? e->rows : 1) * sizeof *hi);
     float *lo = malloc((size_t)(e->rows ? e->rows : 1) * sizeof *lo);
-    char *path = ema_path(t, t->state.step, err);
+    char *path = ema_path(t, trainer_global_step(t), err);
     int rc = -1;
     if (!entries || !names || !hi || !lo || !path) {
         if (path)
@@ -147,7 +151,7 @@ static void remove_ema_files(const trainer *t, const char *keep_name)
 /* Removes the averaged weights of every other step. */
 static void remove_other_ema(const trainer *t)
 {
-    char *keep = ema_path(t, t->state.step, NULL);
+    char *keep = ema_path(t, trainer_global_step(t), NULL);
     if (keep)
         remove_ema_files(t, strrchr(keep, '/') + 1);
     free(keep);
@@ -168,12 +172,13 @@ void trainer_drop_finished_state(const trainer *t)
         free(p);
     }
     remove_ema_files(t, NULL);
+    trainer_remove_member_files(t);
 }
 
 int trainer_load_ema(trainer *t, ac_err *err)
 {
     const ac_model *m = &t->model;
-    char *path = ema_path(t, t->state.step, err);
+    char *path = ema_path(t, trainer_global_step(t), err);
     if (!path)
         return -1;
     ac_safetensors st;
@@ -205,7 +210,7 @@ int trainer_load_ema(trainer *t, ac_err *err)
 int trainer_save_checkpoint_as(trainer *t, int stopping, ac_err *err)
 {
     if (!t->writer) {
-        t->ckpt_step = t->state.step;
+        t->ckpt_step = trainer_global_step(t);
         return 0;
     }
     if (t->have_ema && save_ema(t, err))
@@ -218,7 +223,7 @@ int trainer_save_checkpoint_as(trainer *t, int stopping, ac_err *err)
                                           t->m2, &t->state, err);
     if (rc)
         return ac_err_prefix(err, "saving the checkpoint to %s", t->ckpt_dir);
-    t->ckpt_step = t->state.step;
+    t->ckpt_step = trainer_global_step(t);
     if (t->have_ema)
         remove_other_ema(t);
     return 0;

@@ -21,6 +21,9 @@ typedef struct {
     double lr;
     double tokens_per_s;
     double elapsed_s;
+    int member;           /* with training.members > 1: the member (from 1), or 0 for the
+                             members' average (soup = 1); 0 in a run of one model */
+    int soup;             /* 1: the evaluation of the members' average */
 } ac_metric_point;
 
 /* What the curves are called (NULL: a classifier's: "Training",

@@ -26,11 +26,17 @@ int ac_ema_init(ac_ema *e, const ac_model *m, double decay, long step, ac_err *e
     }
     /* From zero, corrected at use (see ema.h): the weights before training
      * are no part of the average. */
+    ac_ema_restart(e, step);
+    return 0;
+}
+
+void ac_ema_restart(ac_ema *e, long step)
+{
     memset(e->avg, 0, e->n * sizeof *e->avg);
     e->steps = step;
     for (int64_t r = 0; r < e->rows; r++)
         e->row_step[r] = step;
-    return 0;
+    e->swapped = 0;
 }
 
 void ac_ema_free(ac_ema *e)

@@ -37,6 +37,8 @@ typedef struct {
 /* avg = 0 as of step (a resumed run then loads its saved avg). */
 int ac_ema_init(ac_ema *e, const ac_model *m, double decay, long step, ac_err *err);
 void ac_ema_free(ac_ema *e);
+/* avg = 0 as of step again (a new member of a weight average starts). */
+void ac_ema_restart(ac_ema *e, long step);
 /* Between backward and the optimizer step of step `step` (0-based): brings
  * the rows this batch touched up to date (their values are about to change). */
 void ac_ema_before_step(ac_ema *e, const ac_model *m, long step);

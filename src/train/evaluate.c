@@ -76,7 +76,7 @@ static int evaluate(trainer *t, const ac_batch_plan *plan, float *logits, double
     memset(predicted, 0, (size_t)C * sizeof *predicted);
     for (int64_t i = 0; i < plan->n_batches; i++) {
         if (!isfinite(loss_of[i]))
-            return trainer_non_finite_error(t, t->state.step, "the validation loss", loss_of[i],
+            return trainer_non_finite_error(t, trainer_global_step(t), "the validation loss", loss_of[i],
                                             err);
         int B = ac_batch_plan_rows(plan, i);
         loss_sum += loss_of[i] * B;
@@ -161,7 +161,7 @@ int trainer_evaluate_and_save(trainer *t, session_stats *s, ac_train_result *res
         const float *p = t->model.params;
         for (size_t i = 0; i < t->model.n_params; i++)
             if (!isfinite(p[i]))
-                return trainer_non_finite_error(t, t->state.step, "a trained weight", p[i], err);
+                return trainer_non_finite_error(t, trainer_global_step(t), "a trained weight", p[i], err);
         ac_ema_swap_in(&t->ema, &t->model);
     }
     const int masked_lm = t->cfg.model.objective == AC_OBJECTIVE_MASKED_LM;
@@ -190,7 +190,8 @@ int trainer_evaluate_and_save(trainer *t, session_stats *s, ac_train_result *res
     }
     st->eval_pending = 0;
     ac_metric_point p = {
-        .step = st->step,
+        .step = trainer_global_step(t),
+        .member = trainer_has_members(t) ? st->member + 1 : 0,
         .epoch = (double)st->step / (double)t->batches_per_epoch,
         .train_loss = st->train_loss_count > 0 ? st->train_loss_sum / (double)st->train_loss_count
                                                : NAN,
@@ -222,7 +223,9 @@ int trainer_evaluate_and_save(trainer *t, session_stats *s, ac_train_result *res
         return -1;
     if (improved && trainer_save_best(t, err))
         return -1;
-    if (improved && t->n_val > 0 && !masked_lm && write_calibration_svg(t, temperature, err))
+    /* With members, the reliability diagram is the average's (trainer_evaluate_soup). */
+    if (improved && t->n_val > 0 && !masked_lm && !trainer_has_members(t) &&
+        write_calibration_svg(t, temperature, err))
         return -1;
     if (t->have_ema)
         ac_ema_swap_out(&t->ema, &t->model); /* the checkpoint keeps the trained weights */
@@ -246,6 +249,70 @@ int trainer_evaluate_and_save(trainer *t, session_stats *s, ac_train_result *res
     ev.val_ece = ece;
     ev.improved = improved;
     ev.tokens_per_s = p.tokens_per_s;
+    trainer_report(t, &ev);
+    return 0;
+}
+
+int trainer_evaluate_soup(trainer *t, session_stats *s, ac_train_result *res, ac_err *err)
+{
+    double val_loss = NAN, val_accuracy = NAN, span_loss = NAN, span_accuracy = NAN;
+    double temperature = NAN, ece = NAN, val_majority = NAN, span_majority = NAN;
+    int rc = 0;
+    if (t->n_val > 0) {
+        rc = evaluate(t, &t->val_plan, t->val_logits, &val_loss, &val_accuracy, &val_majority, err);
+        if (rc == 0)
+            rc = evaluate(t, &t->span_plan, t->span_logits, &span_loss, &span_accuracy,
+                          &span_majority, err);
+        if (rc == 0 && calibrate(t, &temperature, &ece, err))
+            rc = -1;
+    }
+    if (rc != 0) /* an error, or abandoned: a resumed run averages again */
+        return rc;
+    ac_trainer_state *st = &t->state;
+    ac_metric_point p = {
+        .step = trainer_global_step(t),
+        .epoch = (double)st->step / (double)t->batches_per_epoch,
+        .train_loss = NAN,
+        .val_loss = val_loss,
+        .val_accuracy = val_accuracy,
+        .span_accuracy = span_accuracy,
+        .span_majority = span_majority,
+        .temperature = temperature,
+        .val_ece = ece,
+        .lr = NAN,
+        .tokens_per_s = NAN,
+        .elapsed_s = t->elapsed_base + (trainer_now_s() - s->t0),
+        .soup = 1,
+    };
+    /* The run is over; its figures are the average's. */
+    st->member = t->cfg.training.members;
+    st->best_metric = t->n_val > 0 ? val_accuracy : -1.0;
+    st->best_step = st->step;
+    st->train_loss_sum = 0;
+    st->train_loss_count = 0;
+    if (trainer_push_point(t, &p, err) || trainer_write_metrics_and_curves(t, err) ||
+        trainer_save_best(t, err))
+        return -1;
+    if (t->n_val > 0 && write_calibration_svg(t, temperature, err))
+        return -1;
+    if (trainer_save_checkpoint(t, err))
+        return -1;
+    t->soup_made = 1;
+    res->n_evals++;
+    res->last_val_loss = val_loss;
+    res->last_val_accuracy = val_accuracy;
+
+    ac_train_progress ev;
+    trainer_fill_progress(t, s, AC_TRAIN_EVENT_EVAL, &ev);
+    ev.loss = NAN;
+    ev.val_loss = val_loss;
+    ev.val_accuracy = val_accuracy;
+    ev.val_span_accuracy = span_accuracy;
+    ev.temperature = temperature;
+    ev.val_ece = ece;
+    ev.improved = 1;
+    ev.soup = 1;
+    ev.tokens_per_s = NAN;
     trainer_report(t, &ev);
     return 0;
 }

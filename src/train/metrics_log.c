@@ -41,12 +41,18 @@ int trainer_write_metrics_and_curves(const trainer *t, ac_err *err)
         format_number(lr, sizeof lr, p->lr);
         format_number(tps, sizeof tps, p->tokens_per_s);
         format_number(el, sizeof el, p->elapsed_s);
+        /* Runs of several members say whose evaluation a line is. */
+        char who[48] = "";
+        if (p->soup)
+            snprintf(who, sizeof who, ", \"soup\": true");
+        else if (p->member > 0)
+            snprintf(who, sizeof who, ", \"member\": %d", p->member);
         int w = snprintf(text + len, cap - len,
                          "{\"step\": %ld, \"epoch\": %s, \"train_loss\": %s, \"val_loss\": %s, "
                          "\"val_accuracy\": %s, \"short_span_accuracy\": %s, "
                          "\"short_span_majority\": %s, \"temperature\": %s, \"val_ece\": %s, "
-                         "\"lr\": %s, \"tokens_per_s\": %s, \"elapsed_s\": %s}\n",
-                         p->step, epoch, tl, vl, va, sa, sm, tp, ec, lr, tps, el);
+                         "\"lr\": %s, \"tokens_per_s\": %s, \"elapsed_s\": %s%s}\n",
+                         p->step, epoch, tl, vl, va, sa, sm, tp, ec, lr, tps, el, who);
         if (w < 0 || (size_t)w >= cap - len) {
             free(text);
             return ac_err_set(err, "internal error: metrics line too long");
@@ -132,6 +138,11 @@ int trainer_load_metrics_until(trainer *t, long max_step, ac_err *err)
                     .tokens_per_s = json_number(obj, "tokens_per_s"),
                     .elapsed_s = json_number(obj, "elapsed_s"),
                 };
+                double member = json_number(obj, "member");
+                p.member = isfinite(member) && member >= 1 && member <= AC_MAX_MEMBERS
+                               ? (int)member
+                               : 0;
+                p.soup = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(obj, "soup"));
                 rc = trainer_push_point(t, &p, err);
             }
             cJSON_Delete(obj);

@@ -211,6 +211,8 @@ static int setup_fresh(trainer *t, ac_err *err)
     t->have_cfg = 1;
     const int masked_lm = o->objective == AC_OBJECTIVE_MASKED_LM;
     t->cfg.model.objective = o->objective;
+    if (masked_lm) /* pretraining trains one encoder: a weight average is a classifier's */
+        t->cfg.training.members = 1;
     if (!masked_lm && set_labels(&t->cfg, o->train, err))
         return -1;
     if (split_rows(t, err))
@@ -332,7 +334,7 @@ static int setup_resume(trainer *t, ac_err *err)
     if (t->state.seed != t->cfg.training.seed)
         return ac_err_set(err, "resume: %s/trainer_state.json: seed differs from config.json",
                           t->ckpt_dir);
-    t->ckpt_step = t->state.step;
+    t->ckpt_step = trainer_global_step(t);
     return 0;
 }
 
@@ -346,8 +348,10 @@ int trainer_make_epoch_plan(trainer *t, int epoch, ac_err *err)
                          .max_len = tc->crop_max,
                          .log_uniform = 1,
                          .keep_first = t->cfg.model.pooling == AC_POOL_CLS,
-                         .key = ac_rng_key(ac_rng_key(tc->seed, STREAM_CROP), (uint64_t)epoch)};
-    uint64_t shuffle = ac_rng_key(ac_rng_key(tc->seed, STREAM_SHUFFLE), (uint64_t)epoch);
+                         .key = ac_rng_key(ac_rng_key(trainer_member_seed(t), STREAM_CROP),
+                                           (uint64_t)epoch)};
+    uint64_t shuffle = ac_rng_key(ac_rng_key(trainer_member_seed(t), STREAM_SHUFFLE),
+                                  (uint64_t)epoch);
     if (ac_batch_plan_make_cropped(&t->plan, &t->train_corpus, t->train_idx, t->n_train,
                                    tc->batch_size, 1, shuffle, &crop, err))
         return -1;
@@ -504,11 +508,12 @@ int trainer_setup(trainer *t, ac_err *err)
     }
     t->cfg.training.optim.total_steps = t->total_steps;
 
+    t->run_steps = (long)t->cfg.training.members * t->total_steps;
     long max_steps = o->max_steps;
-    t->stop_step = max_steps > 0 && max_steps < t->total_steps ? max_steps : t->total_steps;
+    t->stop_step = max_steps > 0 && max_steps < t->run_steps ? max_steps : t->run_steps;
 
     if (o->resume) {
-        if (trainer_load_metrics_until(t, t->state.step, err))
+        if (trainer_load_metrics_until(t, trainer_global_step(t), err))
             return -1;
         if (t->n_points > 0 && isfinite(t->points[t->n_points - 1].elapsed_s))
             t->elapsed_base = t->points[t->n_points - 1].elapsed_s;
@@ -527,6 +532,8 @@ int trainer_setup(trainer *t, ac_err *err)
     if (!t->writer)
         return 0;
     if (ac_mkdir_p(t->ckpt_dir, err) || trainer_write_sources(t, err))
+        return -1;
+    if (trainer_has_members(t) && trainer_save_member_start(t, err))
         return -1;
     /* A fresh run starts a fresh log. */
     unlink(t->svg_path);

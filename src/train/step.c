@@ -10,7 +10,7 @@
 
 static uint64_t step_dropout_key(const trainer *t)
 {
-    return ac_rng_key(ac_rng_key(t->cfg.training.seed, STREAM_DROPOUT), (uint64_t)t->state.step);
+    return ac_rng_key(ac_rng_key(trainer_member_seed(t), STREAM_DROPOUT), (uint64_t)t->state.step);
 }
 
 /* Forward and backward of one batch: the whole step's (first_row 0,
@@ -28,7 +28,7 @@ static int forward_backward(trainer *t, const ac_batch *b, uint64_t dropout_key,
         *loss = ac_model_forward(m, b->ids, b->lengths, b->labels, b->B, b->T, 1, dropout_key);
     }
     if (!isfinite(*loss))
-        return trainer_non_finite_error(t, t->state.step + 1, "the training loss", *loss, err);
+        return trainer_non_finite_error(t, trainer_global_step(t) + 1, "the training loss", *loss, err);
     if (t->cfg.model.objective == AC_OBJECTIVE_MASKED_LM) {
         t->mlm.mean_rows = mean_rows;
         ac_mlm_backward(m, &t->mlm);
@@ -105,7 +105,7 @@ static int agree_on_failure(trainer *t, int failed_here, int rank0_failed, ac_er
     }
     t->peer_failed = t->comm->rank != 0;
     return ac_err_set(err, "step %ld: another process failed (its message is above)",
-                      t->state.step + 1);
+                      trainer_global_step(t) + 1);
 }
 
 /* Every rank's touched rows become each rank's (an OR of the bit sets). */
@@ -199,7 +199,7 @@ int trainer_step(trainer *t, session_stats *s, ac_err *err)
     float loss = (float)step_loss;
     float norm = ac_model_clip_grad_norm(m, t->optim.clip_norm);
     if (!isfinite(norm))
-        return trainer_non_finite_error(t, t->state.step + 1, "the gradient norm", norm, err);
+        return trainer_non_finite_error(t, trainer_global_step(t) + 1, "the gradient norm", norm, err);
     float lr = ac_lr_at(&t->optim, t->state.step);
     if (t->have_ema)
         ac_ema_before_step(&t->ema, m, t->state.step);

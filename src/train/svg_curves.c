@@ -187,6 +187,9 @@ static void draw_series(svg_buf *sb, const svg_plot *p, const ac_metric_point *p
     int pen_down = 0, any = 0;
     for (int i = 0; i < n; i++) {
         double v = *(const double *)((const char *)&pts[i] + field_offset);
+        /* Each member of a weight average is a curve of its own. */
+        if (i > 0 && (pts[i].member != pts[i - 1].member || pts[i].soup != pts[i - 1].soup))
+            pen_down = 0;
         if (!isfinite(v)) {
             pen_down = 0;
             continue;

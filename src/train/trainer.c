@@ -96,10 +96,12 @@ void trainer_fill_progress(const trainer *t, const session_stats *s, ac_train_ev
     p->kind = kind;
     p->objective = t->cfg.model.objective;
     p->epochs = t->cfg.training.epochs;
-    p->step = t->state.step;
+    p->step = trainer_global_step(t);
     p->epoch = t->state.step > 0 ? (int)((t->state.step - 1) / t->batches_per_epoch) : 0;
-    p->total_steps = t->total_steps;
+    p->total_steps = t->run_steps;
     p->stop_step = t->stop_step;
+    p->members = t->cfg.training.members;
+    p->member = t->state.member < p->members ? t->state.member : p->members - 1;
     p->epoch_progress = (double)t->state.step / (double)t->batches_per_epoch;
     p->examples_per_s = s->train_time > 0 ? s->examples / s->train_time : 0.0;
     p->tokens_per_s = s->train_time > 0 ? s->tokens / s->train_time : 0.0;
@@ -109,12 +111,12 @@ void trainer_fill_progress(const trainer *t, const session_stats *s, ac_train_ev
                       : NAN;
     p->lr = s->last_lr;
     p->elapsed_s = t->elapsed_base + (now - s->t0);
-    p->eta_s = s->steps > 0 ? (double)(t->stop_step - t->state.step) * (now - s->t0) /
+    p->eta_s = s->steps > 0 ? (double)(t->stop_step - trainer_global_step(t)) * (now - s->t0) /
                                   (double)s->steps
                             : NAN;
     p->val_loss = p->val_accuracy = p->val_span_accuracy = p->temperature = p->val_ece = NAN;
     p->best_val_accuracy = t->n_val > 0 ? t->state.best_metric : -1.0;
-    p->best_step = t->state.best_step;
+    p->best_step = t->state.best_step >= 0 ? t->state.steps_before + t->state.best_step : -1;
     p->bad_evals = t->state.bad_evals;
     p->n_train = t->n_train;
     p->n_val = t->n_val;
@@ -164,19 +166,56 @@ static int agree_on_setup(trainer *t, int failed_here, ac_err *err)
 /* Stops at this step: a checkpoint unless the one on disk is of it. */
 static int interrupted(trainer *t, ac_train_result *res, ac_err *err)
 {
-    if (t->ckpt_step != t->state.step && trainer_save_checkpoint_as(t, 1, err))
+    if (t->ckpt_step != trainer_global_step(t) && trainer_save_checkpoint_as(t, 1, err))
         return -1;
     res->status = AC_TRAIN_INTERRUPTED;
     return 0;
 }
 
-int ac_train_state_ended(const ac_train_config *tc, const ac_trainer_state *st)
+/* Where the current member (the run, without members) stands. */
+static int member_ended(const ac_train_config *tc, const ac_trainer_state *st)
 {
     if (st->epoch >= tc->epochs)
         return AC_TRAIN_FINISHED;
     if (tc->patience > 0 && st->bad_evals >= tc->patience)
         return AC_TRAIN_EARLY_STOPPED;
     return -1;
+}
+
+int ac_train_state_ended(const ac_train_config *tc, const ac_trainer_state *st)
+{
+    if (tc->members > 1)
+        return st->member >= tc->members ? AC_TRAIN_FINISHED : -1;
+    return member_ended(tc, st);
+}
+
+/* The last member ended: the model becomes the members' average, which is
+ * evaluated and saved. Every process averages the files the writer saved:
+ * the sum below waits until it has, and tells all whether any failed. */
+static int average_members(trainer *t, session_stats *s, ac_train_result *res, ac_err *err)
+{
+    int failed = 0;
+    if (t->comm) {
+        double flag = 0;
+        if (t->comm->sum_doubles(t->comm, &flag, 1, err))
+            return -1;
+    }
+    failed = trainer_average_members(t, err) != 0;
+    if (t->comm) {
+        double flags = failed;
+        ac_err local;
+        if (t->comm->sum_doubles(t->comm, &flags, 1, failed ? &local : err))
+            return -1;
+        if (flags > 0 && !failed) {
+            t->failure_shared = 1;
+            return ac_err_set(err, "another process failed to average the members (its message "
+                                   "is above)");
+        }
+        t->failure_shared = flags > 0;
+    }
+    if (failed)
+        return -1;
+    return trainer_evaluate_soup(t, s, res, err);
 }
 
 static int run(trainer *t, ac_train_result *res, ac_err *err)
@@ -196,12 +235,30 @@ static int run(trainer *t, ac_train_result *res, ac_err *err)
     }
 
     for (;;) {
-        int ended = ac_train_state_ended(tc, &t->state);
-        if (ended >= 0) {
+        if (trainer_has_members(t) && t->state.member >= tc->members) {
+            res->status = AC_TRAIN_FINISHED; /* the average is made */
+            break;
+        }
+        int ended = member_ended(tc, &t->state);
+        if (ended >= 0 && !trainer_has_members(t)) {
             res->status = (ac_train_status)ended;
             break;
         }
-        if (o->max_steps > 0 && t->state.step >= o->max_steps) {
+        if (ended >= 0 && t->state.member + 1 < tc->members) {
+            if (trainer_next_member(t, err))
+                return -1;
+            continue;
+        }
+        if (ended >= 0) {
+            int rc = average_members(t, &s, res, err);
+            if (rc < 0)
+                return -1;
+            if (rc == TRAINER_EVAL_ABANDONED)
+                return interrupted(t, res, err);
+            res->status = AC_TRAIN_FINISHED;
+            break;
+        }
+        if (o->max_steps > 0 && trainer_global_step(t) >= o->max_steps) {
             res->status = AC_TRAIN_MAX_STEPS;
             break;
         }
@@ -220,22 +277,23 @@ static int run(trainer *t, ac_train_result *res, ac_err *err)
         }
 
         int epoch_before = t->state.epoch;
-        res->step = t->state.step;
+        res->step = trainer_global_step(t);
         int step_rc = trainer_step(t, &s, err);
         if (step_rc < 0)
             return -1;
         if (step_rc == TRAINER_STEP_DROPPED)
             return interrupted(t, res, err);
-        res->step = t->state.step;
+        res->step = trainer_global_step(t);
         if (o->after_step)
-            o->after_step(&t->model, t->state.step, o->after_step_user);
+            o->after_step(&t->model, trainer_global_step(t), o->after_step_user);
         trainer_fill_progress(t, &s, AC_TRAIN_EVENT_STEP, &ev);
         trainer_report(t, &ev);
 
         int epoch_ended = t->state.epoch != epoch_before;
         int due = tc->eval_every > 0 ? t->state.step % tc->eval_every == 0 : epoch_ended;
         /* The run's last step is always evaluated, so its model is kept. */
-        if (t->state.epoch >= tc->epochs || (o->max_steps > 0 && t->state.step >= o->max_steps))
+        if (t->state.epoch >= tc->epochs ||
+            (o->max_steps > 0 && trainer_global_step(t) >= o->max_steps))
             due = 1;
         if (due && trainer_evaluate_and_save(t, &s, res, err))
             return -1;
@@ -269,20 +327,23 @@ int ac_train(const ac_train_options *opt, ac_train_result *result, ac_err *err)
     if (t.comm && agree_on_setup(&t, rc != 0, err))
         rc = -1;
     if (rc == 0) {
-        long start_step = res->step = t.state.step;
+        long start_step = res->step = trainer_global_step(&t);
         rc = run(&t, res, err);
-        if (rc == 0 && opt->drop_finished_state && t.state.step > start_step &&
+        if (rc == 0 && opt->drop_finished_state &&
+            (trainer_global_step(&t) > start_step || t.soup_made) &&
             (res->status == AC_TRAIN_FINISHED || res->status == AC_TRAIN_EARLY_STOPPED))
             trainer_drop_finished_state(&t);
     }
-    res->step = t.state.step;
-    res->total_steps = t.total_steps;
+    res->step = trainer_global_step(&t);
+    res->total_steps = t.run_steps;
+    res->members = t.cfg.training.members > 1 ? t.cfg.training.members : 1;
     res->epoch = t.state.epoch;
+    long best_step = t.state.best_step >= 0 ? t.state.steps_before + t.state.best_step : -1;
     if (t.n_val > 0 && t.state.best_step >= 0) {
         res->best_val_accuracy = t.state.best_metric;
-        res->best_step = t.state.best_step;
+        res->best_step = best_step;
     } else if (t.n_val == 0) {
-        res->best_step = t.state.best_step;
+        res->best_step = best_step;
     }
     res->model_saved = t.model_saved;
     res->peer_failed = t.peer_failed;

@@ -30,6 +30,7 @@ enum {
     STREAM_SPANS = 6, /* the fixed short spans of the validation rows */
     STREAM_MASK = 7,  /* masked LM: the masking of each training step */
     STREAM_EVAL_MASK = 8, /* masked LM: the fixed masking of the held-out batches */
+    STREAM_MEMBER = 9,    /* the shuffle, crops and dropout of members after the first */
 };
 
 typedef struct {
@@ -64,6 +65,8 @@ typedef struct {
     ac_optim_config optim;
     ac_trainer_state state;
     long batches_per_epoch, total_steps, stop_step;
+    long run_steps;   /* total_steps for every member (an upper bound with early stopping) */
+    int soup_made;    /* this session averaged the members */
     long ckpt_step; /* step of the checkpoint on disk from this run, -1 none */
     ac_metric_point *points;
     int n_points, cap_points;
@@ -152,6 +155,10 @@ int trainer_step(trainer *t, session_stats *s, ac_err *err);
 /* ---- evaluate.c: evaluations during training ---- */
 /* Evaluates, then writes the metrics, the best model and the checkpoint. */
 int trainer_evaluate_and_save(trainer *t, session_stats *s, ac_train_result *res, ac_err *err);
+/* The members' average (in the model): evaluated, its temperature fitted,
+ * saved as the model with its reliability diagram, logged, and the run
+ * marked as over (state.member = members) in the checkpoint. */
+int trainer_evaluate_soup(trainer *t, session_stats *s, ac_train_result *res, ac_err *err);
 
 /* ---- checkpoint.c: the best model and the resumable checkpoint ---- */
 /* Saves the model (the best so far) into the output directory. */
@@ -179,6 +186,35 @@ int trainer_load_metrics_until(trainer *t, long max_step, ac_err *err);
 /* ---- sources.c: checkpoint/run.json ---- */
 /* Writes run.json: the data files and settings a --resume reads (the writer only). */
 int trainer_write_sources(const trainer *t, ac_err *err);
+
+/* ---- members.c: a weight average of members (training.members > 1) ---- */
+/* The seed of the current member's shuffle, crops and dropout: the run's
+ * own for the first member (so a run of one member is the run it always
+ * was), one drawn from it for each later one. The split, the initial
+ * weights and the validation spans come from the run's seed for all. */
+uint64_t trainer_member_seed(const trainer *t);
+/* Steps of the run so far: the earlier members' and the current one's
+ * (state.step counts the current member's only). */
+long trainer_global_step(const trainer *t);
+/* Whether this run averages members. */
+int trainer_has_members(const trainer *t);
+/* A fresh run of several members: keeps the initial weights every member
+ * starts from (checkpoint/member-start.safetensors). */
+int trainer_save_member_start(trainer *t, ac_err *err);
+/* The current member's best weights (its averaged ones when training.ema
+ * is on: what the model holds at an evaluation) into
+ * checkpoint/member-N.safetensors. */
+int trainer_save_member(trainer *t, ac_err *err);
+/* The current member ended: the next one starts from the initial weights
+ * with fresh moments, average, counters and batch plans. */
+int trainer_next_member(trainer *t, ac_err *err);
+/* The last member ended: the model becomes the mean of every member's
+ * weights (summed in double, in member order: the same bits every time),
+ * ready to be evaluated and saved (trainer_evaluate_soup). */
+int trainer_average_members(trainer *t, ac_err *err);
+/* Removes checkpoint/member-*.safetensors (a finished run's, with the rest
+ * of its state). */
+void trainer_remove_member_files(const trainer *t);
 
 /* ---- init_from.c: a classifier started from a pretrained encoder ---- */
 /* Loads opt->init_dir, checks that the configuration agrees with it and
