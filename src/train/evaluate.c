@@ -146,39 +146,87 @@ static int write_calibration_svg(const trainer *t, double temperature, ac_err *e
     return rc;
 }
 
+/* The validation rows, their spans and the temperature fitted on them, as
+ * p's figures (left NAN without validation rows): 0,
+ * TRAINER_EVAL_ABANDONED or -1. */
+static int evaluate_classifier(trainer *t, ac_metric_point *p, ac_err *err)
+{
+    double span_loss, val_majority;
+    if (t->n_val == 0)
+        return 0;
+    int rc = evaluate(t, &t->val_plan, t->val_logits, &p->val_loss, &p->val_accuracy,
+                      &val_majority, err);
+    if (rc == 0)
+        rc = evaluate(t, &t->span_plan, t->span_logits, &span_loss, &p->span_accuracy,
+                      &p->span_majority, err);
+    if (rc == 0 && calibrate(t, &p->temperature, &p->val_ece, err))
+        rc = -1;
+    return rc;
+}
+
+/* An evaluation is done and saved: the result's figures and the caller's
+ * progress event. */
+static void report_evaluation(trainer *t, const session_stats *s, const ac_metric_point *p,
+                              int improved, ac_train_result *res)
+{
+    res->n_evals++;
+    res->last_val_loss = p->val_loss;
+    res->last_val_accuracy = p->val_accuracy;
+    ac_train_progress ev;
+    trainer_fill_progress(t, s, AC_TRAIN_EVENT_EVAL, &ev);
+    ev.loss = p->train_loss;
+    ev.val_loss = p->val_loss;
+    ev.val_accuracy = p->val_accuracy;
+    ev.val_span_accuracy = p->span_accuracy;
+    ev.temperature = p->temperature;
+    ev.val_ece = p->val_ece;
+    ev.improved = improved;
+    ev.soup = p->soup;
+    ev.tokens_per_s = p->tokens_per_s;
+    trainer_report(t, &ev);
+}
+
 /* Evaluation and everything that follows it: metrics line, curves, best
  * model, resumable checkpoint. The order matters for crashes: the metrics
  * line first (dropped on resume if the checkpoint did not follow), then the
  * best model, then the checkpoint that records it as best. */
 int trainer_evaluate_and_save(trainer *t, session_stats *s, ac_train_result *res, ac_err *err)
 {
-    double val_loss = NAN, val_accuracy = NAN, span_loss = NAN, span_accuracy = NAN;
-    double temperature = NAN, ece = NAN, val_majority = NAN, span_majority = NAN;
     /* With averaging, the average is what is evaluated and kept as the model.
      * The checkpoint keeps the trained weights, which the evaluation then
      * does not see: they are checked here, before anything is written. */
     if (t->have_ema) {
-        const float *p = t->model.params;
+        const float *w = t->model.params;
         for (size_t i = 0; i < t->model.n_params; i++)
-            if (!isfinite(p[i]))
-                return trainer_non_finite_error(t, trainer_global_step(t), "a trained weight", p[i], err);
+            if (!isfinite(w[i]))
+                return trainer_non_finite_error(t, trainer_global_step(t), "a trained weight",
+                                                w[i], err);
         ac_ema_swap_in(&t->ema, &t->model);
     }
+    ac_trainer_state *st = &t->state;
+    ac_metric_point p = {
+        .step = trainer_global_step(t),
+        .member = trainer_has_members(t) ? st->member + 1 : 0,
+        .epoch = (double)st->step / (double)t->batches_per_epoch,
+        .train_loss = st->train_loss_count > 0 ? st->train_loss_sum / (double)st->train_loss_count
+                                               : NAN,
+        .val_loss = NAN,
+        .val_accuracy = NAN,
+        .span_accuracy = NAN,
+        .span_majority = NAN,
+        .temperature = NAN,
+        .val_ece = NAN,
+        .lr = s->last_lr,
+        .tokens_per_s = s->time_since_eval > 0 ? s->tokens_since_eval / s->time_since_eval : NAN,
+    };
     const int masked_lm = t->cfg.model.objective == AC_OBJECTIVE_MASKED_LM;
     int rc = 0;
     if (t->n_val > 0 && masked_lm)
-        rc = pretrain_evaluate(t, &val_loss, &val_accuracy, err);
-    if (t->n_val > 0 && !masked_lm) {
-        rc = evaluate(t, &t->val_plan, t->val_logits, &val_loss, &val_accuracy, &val_majority, err);
-        if (rc == 0)
-            rc = evaluate(t, &t->span_plan, t->span_logits, &span_loss, &span_accuracy,
-                          &span_majority, err);
-        if (rc == 0 && calibrate(t, &temperature, &ece, err))
-            rc = -1;
-    }
+        rc = pretrain_evaluate(t, &p.val_loss, &p.val_accuracy, err);
+    else if (!masked_lm)
+        rc = evaluate_classifier(t, &p, err);
     if (rc < 0)
         return -1;
-    ac_trainer_state *st = &t->state;
     if (rc == TRAINER_EVAL_ABANDONED) {
         /* Asked to stop: the checkpoint the run loop saves next says that this
          * step's evaluation is still to do, and a resumed run does it first,
@@ -189,27 +237,12 @@ int trainer_evaluate_and_save(trainer *t, session_stats *s, ac_train_result *res
         return 0;
     }
     st->eval_pending = 0;
-    ac_metric_point p = {
-        .step = trainer_global_step(t),
-        .member = trainer_has_members(t) ? st->member + 1 : 0,
-        .epoch = (double)st->step / (double)t->batches_per_epoch,
-        .train_loss = st->train_loss_count > 0 ? st->train_loss_sum / (double)st->train_loss_count
-                                               : NAN,
-        .val_loss = val_loss,
-        .val_accuracy = val_accuracy,
-        .span_accuracy = span_accuracy,
-        .span_majority = span_majority,
-        .temperature = temperature,
-        .val_ece = ece,
-        .lr = s->last_lr,
-        .tokens_per_s = s->time_since_eval > 0 ? s->tokens_since_eval / s->time_since_eval : NAN,
-        .elapsed_s = t->elapsed_base + (trainer_now_s() - s->t0),
-    };
+    p.elapsed_s = t->elapsed_base + (trainer_now_s() - s->t0);
     int improved;
     if (t->n_val > 0) {
-        improved = val_accuracy > st->best_metric;
+        improved = p.val_accuracy > st->best_metric;
         if (improved) {
-            st->best_metric = val_accuracy;
+            st->best_metric = p.val_accuracy;
             st->best_step = st->step;
             st->bad_evals = 0;
         } else {
@@ -225,7 +258,7 @@ int trainer_evaluate_and_save(trainer *t, session_stats *s, ac_train_result *res
         return -1;
     /* With members, the reliability diagram is the average's (trainer_evaluate_soup). */
     if (improved && t->n_val > 0 && !masked_lm && !trainer_has_members(t) &&
-        write_calibration_svg(t, temperature, err))
+        write_calibration_svg(t, p.temperature, err))
         return -1;
     if (t->have_ema)
         ac_ema_swap_out(&t->ema, &t->model); /* the checkpoint keeps the trained weights */
@@ -235,84 +268,45 @@ int trainer_evaluate_and_save(trainer *t, session_stats *s, ac_train_result *res
         return -1;
     s->tokens_since_eval = 0;
     s->time_since_eval = 0;
-    res->n_evals++;
-    res->last_val_loss = val_loss;
-    res->last_val_accuracy = val_accuracy;
-
-    ac_train_progress ev;
-    trainer_fill_progress(t, s, AC_TRAIN_EVENT_EVAL, &ev);
-    ev.loss = p.train_loss;
-    ev.val_loss = val_loss;
-    ev.val_accuracy = val_accuracy;
-    ev.val_span_accuracy = span_accuracy;
-    ev.temperature = temperature;
-    ev.val_ece = ece;
-    ev.improved = improved;
-    ev.tokens_per_s = p.tokens_per_s;
-    trainer_report(t, &ev);
+    report_evaluation(t, s, &p, improved, res);
     return 0;
 }
 
 int trainer_evaluate_soup(trainer *t, session_stats *s, ac_train_result *res, ac_err *err)
 {
-    double val_loss = NAN, val_accuracy = NAN, span_loss = NAN, span_accuracy = NAN;
-    double temperature = NAN, ece = NAN, val_majority = NAN, span_majority = NAN;
-    int rc = 0;
-    if (t->n_val > 0) {
-        rc = evaluate(t, &t->val_plan, t->val_logits, &val_loss, &val_accuracy, &val_majority, err);
-        if (rc == 0)
-            rc = evaluate(t, &t->span_plan, t->span_logits, &span_loss, &span_accuracy,
-                          &span_majority, err);
-        if (rc == 0 && calibrate(t, &temperature, &ece, err))
-            rc = -1;
-    }
-    if (rc != 0) /* an error, or abandoned: a resumed run averages again */
-        return rc;
     ac_trainer_state *st = &t->state;
     ac_metric_point p = {
         .step = trainer_global_step(t),
         .epoch = (double)st->step / (double)t->batches_per_epoch,
         .train_loss = NAN,
-        .val_loss = val_loss,
-        .val_accuracy = val_accuracy,
-        .span_accuracy = span_accuracy,
-        .span_majority = span_majority,
-        .temperature = temperature,
-        .val_ece = ece,
+        .val_loss = NAN,
+        .val_accuracy = NAN,
+        .span_accuracy = NAN,
+        .span_majority = NAN,
+        .temperature = NAN,
+        .val_ece = NAN,
         .lr = NAN,
         .tokens_per_s = NAN,
-        .elapsed_s = t->elapsed_base + (trainer_now_s() - s->t0),
         .soup = 1,
     };
+    int rc = evaluate_classifier(t, &p, err);
+    if (rc != 0) /* an error, or abandoned: a resumed run averages again */
+        return rc;
+    p.elapsed_s = t->elapsed_base + (trainer_now_s() - s->t0);
     /* The run is over; its figures are the average's. */
     st->member = t->cfg.training.members;
-    st->best_metric = t->n_val > 0 ? val_accuracy : -1.0;
+    st->best_metric = t->n_val > 0 ? p.val_accuracy : -1.0;
     st->best_step = st->step;
     st->train_loss_sum = 0;
     st->train_loss_count = 0;
     if (trainer_push_point(t, &p, err) || trainer_write_metrics_and_curves(t, err) ||
         trainer_save_best(t, err))
         return -1;
-    if (t->n_val > 0 && write_calibration_svg(t, temperature, err))
+    if (t->n_val > 0 && write_calibration_svg(t, p.temperature, err))
         return -1;
     if (trainer_save_checkpoint(t, err))
         return -1;
     t->soup_made = 1;
-    res->n_evals++;
-    res->last_val_loss = val_loss;
-    res->last_val_accuracy = val_accuracy;
-
-    ac_train_progress ev;
-    trainer_fill_progress(t, s, AC_TRAIN_EVENT_EVAL, &ev);
-    ev.loss = NAN;
-    ev.val_loss = val_loss;
-    ev.val_accuracy = val_accuracy;
-    ev.val_span_accuracy = span_accuracy;
-    ev.temperature = temperature;
-    ev.val_ece = ece;
-    ev.improved = 1;
-    ev.soup = 1;
-    ev.tokens_per_s = NAN;
-    trainer_report(t, &ev);
+    report_evaluation(t, s, &p, 1, res);
     return 0;
 }
