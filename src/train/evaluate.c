@@ -146,6 +146,25 @@ static int write_calibration_svg(const trainer *t, double temperature, ac_err *e
     return rc;
 }
 
+/* The log record of an evaluation at this step, every figure still unknown. */
+static ac_metric_point unmeasured_point(const trainer *t)
+{
+    return (ac_metric_point){
+        .step = trainer_global_step(t),
+        .epoch = (double)t->state.step / (double)t->batches_per_epoch,
+        .train_loss = NAN,
+        .val_loss = NAN,
+        .val_accuracy = NAN,
+        .span_accuracy = NAN,
+        .span_majority = NAN,
+        .temperature = NAN,
+        .val_ece = NAN,
+        .lr = NAN,
+        .tokens_per_s = NAN,
+        .elapsed_s = NAN,
+    };
+}
+
 /* The validation rows, their spans and the temperature fitted on them, as
  * p's figures (left NAN without validation rows): 0,
  * TRAINER_EVAL_ABANDONED or -1. */
@@ -204,21 +223,13 @@ int trainer_evaluate_and_save(trainer *t, session_stats *s, ac_train_result *res
         ac_ema_swap_in(&t->ema, &t->model);
     }
     ac_trainer_state *st = &t->state;
-    ac_metric_point p = {
-        .step = trainer_global_step(t),
-        .member = trainer_has_members(t) ? st->member + 1 : 0,
-        .epoch = (double)st->step / (double)t->batches_per_epoch,
-        .train_loss = st->train_loss_count > 0 ? st->train_loss_sum / (double)st->train_loss_count
-                                               : NAN,
-        .val_loss = NAN,
-        .val_accuracy = NAN,
-        .span_accuracy = NAN,
-        .span_majority = NAN,
-        .temperature = NAN,
-        .val_ece = NAN,
-        .lr = s->last_lr,
-        .tokens_per_s = s->time_since_eval > 0 ? s->tokens_since_eval / s->time_since_eval : NAN,
-    };
+    ac_metric_point p = unmeasured_point(t);
+    p.member = trainer_has_members(t) ? st->member + 1 : 0;
+    if (st->train_loss_count > 0)
+        p.train_loss = st->train_loss_sum / (double)st->train_loss_count;
+    p.lr = s->last_lr;
+    if (s->time_since_eval > 0)
+        p.tokens_per_s = s->tokens_since_eval / s->time_since_eval;
     const int masked_lm = t->cfg.model.objective == AC_OBJECTIVE_MASKED_LM;
     int rc = 0;
     if (t->n_val > 0 && masked_lm)
@@ -275,20 +286,8 @@ int trainer_evaluate_and_save(trainer *t, session_stats *s, ac_train_result *res
 int trainer_evaluate_soup(trainer *t, session_stats *s, ac_train_result *res, ac_err *err)
 {
     ac_trainer_state *st = &t->state;
-    ac_metric_point p = {
-        .step = trainer_global_step(t),
-        .epoch = (double)st->step / (double)t->batches_per_epoch,
-        .train_loss = NAN,
-        .val_loss = NAN,
-        .val_accuracy = NAN,
-        .span_accuracy = NAN,
-        .span_majority = NAN,
-        .temperature = NAN,
-        .val_ece = NAN,
-        .lr = NAN,
-        .tokens_per_s = NAN,
-        .soup = 1,
-    };
+    ac_metric_point p = unmeasured_point(t);
+    p.soup = 1;
     int rc = evaluate_classifier(t, &p, err);
     if (rc != 0) /* an error, or abandoned: a resumed run averages again */
         return rc;
