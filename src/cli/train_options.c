@@ -283,6 +283,8 @@ static int bad_value(const char *cmd, int id, const char *arg, const char *expec
                            expected);
 }
 
+_Static_assert(AC_MAX_MEMBERS == 64, "parse_value's --members message names the limit");
+
 /* Validates one option's value into a->v[id]. Returns 0 or a usage exit status. */
 static int parse_value(train_args *a, int id, const char *arg)
 {
@@ -294,7 +296,6 @@ static int parse_value(train_args *a, int id, const char *arg)
     v->s = arg;
     switch (id) {
     case OPT_MEMBERS:
-        _Static_assert(AC_MAX_MEMBERS == 64, "the message below names the limit");
         if (cli_parse_int(arg, 1, AC_MAX_MEMBERS, &i))
             return bad_value(a->cmd, id, arg, "an integer from 1 to 64");
         v->i = i;
