@@ -1555,6 +1555,28 @@ START_TEST(test_cli_finished_run_drops_its_state)
 }
 END_TEST
 
+/* The begin line counts one epoch as "1 epoch" (it said "1 epochs"). */
+START_TEST(test_cli_one_epoch_is_singular)
+{
+    const char *bin = attnctl_binary();
+    if (!bin) {
+        printf("SKIP test_cli_one_epoch_is_singular: no attnctl binary\n");
+        return;
+    }
+    char *dir = make_temp_dir();
+    char *out = join(dir, "one"), *two = join(dir, "two");
+    const char *shape = "--d-model 16 --heads 2 --ff 32 --max-len 24 --batch-size 4 --threads 1";
+    expect_cli_ok("per epoch x 1 epoch)", "%s train " TINY_CSV " --out %s --epochs 1 %s", bin, out,
+                  shape);
+    expect_cli_ok("per epoch x 2 epochs)", "%s train " TINY_CSV " --out %s --epochs 2 %s", bin, two,
+                  shape);
+    free(out);
+    free(two);
+    rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
 /* The float tensors of a weights file, in the model's layout. */
 static float *load_member_weights(const char *dir, const char *name, const ac_model *m)
 {
@@ -1954,6 +1976,7 @@ int main(void)
     tcase_add_test(tc, test_early_stop_by_patience);
     tcase_add_test(tc, test_nan_keeps_last_good_checkpoint);
     tcase_add_loop_test(tc, test_cli_finished_run_drops_its_state, 1, 3);
+    tcase_add_test(tc, test_cli_one_epoch_is_singular);
     tcase_add_test(tc, test_cli_too_few_rows_names_the_file);
     tcase_add_test(tc, test_members);
     tcase_add_test(tc, test_ema_lazy_rows_match_dense_average);

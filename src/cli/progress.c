@@ -92,9 +92,9 @@ static void print_begin(const ac_train_progress *ev)
         snprintf(members, sizeof members, "%d members x ", ev->members);
     fprintf(stderr,
             "attnctl: %s tokens (%.1f%% unknown, %.1f%% of texts truncated, %.1f%% of batch "
-            "positions padding); %ld steps (%s%ld per epoch x %d epochs)\n",
+            "positions padding); %ld steps (%s%ld per epoch x %d %s)\n",
             tokens, unk, trunc, 100.0 * ev->padding_fraction, ev->total_steps, members,
-            ev->batches_per_epoch, ev->epochs);
+            ev->batches_per_epoch, ev->epochs, ev->epochs == 1 ? "epoch" : "epochs");
     if (ev->members > 1)
         fprintf(stderr, "attnctl: the model will be the mean of the %d members' weights (each "
                         "from the same start, with its own shuffle, crops and dropout)\n",
