@@ -21,6 +21,7 @@
 #include "attnctl/text.h"
 #include "attnctl/train.h"
 #include "../src/train/ema.h"
+#include "../src/train/pick_model.h"
 
 #define TINY_CSV "tests/data/train_tiny.csv"
 
@@ -1603,6 +1604,91 @@ static float *load_member_weights(const char *dir, const char *name, const ac_mo
  * differ from it), summed in double in member order; the log says whose
  * each evaluation is and ends with the average's; a run stopped inside a
  * member or at a member's last step resumes to the same bits. */
+/* A run of members whose mean reads below every member keeps the best member
+ * instead (the course's max-pooled model at a high learning rate: its
+ * members leave their shared start, and on these seeds the mean falls
+ * below both). Every run: the model reads at least its lowest member. */
+START_TEST(test_cli_mean_below_every_member_keeps_the_best)
+{
+    const char *bin = attnctl_binary();
+    if (!bin) {
+        printf("SKIP test_cli_mean_below_every_member_keeps_the_best: no attnctl binary\n");
+        return;
+    }
+    char *dir = make_temp_dir();
+    const int seeds[] = {12, 13, 16};
+    int kept_any = 0;
+    for (int k = 0; k < 3; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "s%d", seeds[k]);
+        char *out = join(dir, name);
+        expect_cli_ok(NULL,
+                      "%s train " SAMPLE_CSV " --out %s --config models/seed.json --max-len 64 "
+                      "--batch-size 16 --members 2 --epochs 3 --lr 0.01 --threads 1 --seed %d "
+                      "--keep-checkpoint --quiet",
+                      bin, out, seeds[k]);
+        char *log_path = join(out, AC_METRICS_FILE);
+        char *log = read_text(log_path);
+        /* each member's best, and the model's figure (the last line) */
+        double best[2] = {-1, -1};
+        for (const char *line = log; *line; line = strchr(line, '\n') + 1) {
+            cJSON *obj = cJSON_Parse(line);
+            const cJSON *member = cJSON_GetObjectItem(obj, "member");
+            double acc = cJSON_GetNumberValue(cJSON_GetObjectItem(obj, "val_accuracy"));
+            if (cJSON_IsNumber(member) && acc > best[member->valueint - 1])
+                best[member->valueint - 1] = acc;
+            cJSON_Delete(obj);
+        }
+        cJSON *last = cJSON_Parse(strrchr(log, '{'));
+        ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(last, "soup")));
+        double model_acc = cJSON_GetNumberValue(cJSON_GetObjectItem(last, "val_accuracy"));
+        double lowest = best[0] < best[1] ? best[0] : best[1];
+        ck_assert_msg(model_acc >= lowest, "seed %d: the model %.4f, the members %.4f and %.4f",
+                      seeds[k], model_acc, best[0], best[1]);
+        const cJSON *kept = cJSON_GetObjectItem(last, "kept_member");
+        if (kept) {
+            kept_any = 1;
+            int j = kept->valueint;
+            double mean = cJSON_GetNumberValue(cJSON_GetObjectItem(last, "mean_val_accuracy"));
+            ck_assert_msg(mean < lowest && best[j - 1] >= best[2 - j] && model_acc == best[j - 1],
+                          "seed %d: kept member %d (%.4f), mean %.4f, members %.4f %.4f", seeds[k],
+                          j, model_acc, mean, best[0], best[1]);
+            ac_model_dir md;
+            load_dir(&md, out);
+            char member_file[32];
+            snprintf(member_file, sizeof member_file, "member-%d.safetensors", j);
+            float *w = load_member_weights(out, member_file, &md.model);
+            ck_assert_msg(memcmp(w, md.model.params, md.model.n_params * sizeof *w) == 0,
+                          "seed %d: the model is not member %d's weights", seeds[k], j);
+            free(w);
+            ac_model_dir_free(&md);
+        }
+        cJSON_Delete(last);
+        free(log);
+        free(log_path);
+        free(out);
+    }
+    ck_assert_msg(kept_any, "no seed gave a mean below both members: pick other seeds");
+    rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+/* The average stays unless it reads below every member on validation; then
+ * the best member (the first of equals) is the model. */
+START_TEST(test_pick_model_keeps_the_mean_unless_below_every_member)
+{
+    const double three[] = {0.84, 0.83, 0.82};
+    ck_assert_int_eq(trainer_pick_model(0.90, three, 3), -1);
+    ck_assert_int_eq(trainer_pick_model(0.82, three, 3), -1); /* level with the lowest */
+    ck_assert_int_eq(trainer_pick_model(0.8299, three, 3), -1);
+    ck_assert_int_eq(trainer_pick_model(0.79, three, 3), 0);
+    const double later_best[] = {0.80, 0.85, 0.85};
+    ck_assert_int_eq(trainer_pick_model(0.70, later_best, 3), 1);
+    ck_assert_int_eq(trainer_pick_model(NAN, later_best, 3), -1); /* nothing to compare */
+}
+END_TEST
+
 START_TEST(test_members)
 {
     ac_rawdata raw;
@@ -1978,6 +2064,8 @@ int main(void)
     tcase_add_loop_test(tc, test_cli_finished_run_drops_its_state, 1, 3);
     tcase_add_test(tc, test_cli_one_epoch_is_singular);
     tcase_add_test(tc, test_cli_too_few_rows_names_the_file);
+    tcase_add_test(tc, test_pick_model_keeps_the_mean_unless_below_every_member);
+    tcase_add_test(tc, test_cli_mean_below_every_member_keeps_the_best);
     tcase_add_test(tc, test_members);
     tcase_add_test(tc, test_ema_lazy_rows_match_dense_average);
     tcase_add_test(tc, test_ema_is_an_average_of_trained_weights_only);

@@ -59,6 +59,10 @@ typedef struct {
     long total_steps;      /* members x epochs x batches per epoch */
     int member, members;   /* the member being trained (0-based) and training.members */
     int soup;              /* EVAL: the evaluation of the members' average (the model) */
+    int kept_member;       /* soup: 0, or k when the average read below every member on
+                              validation and member k (from 1) is the model instead */
+    double mean_val_accuracy, worst_member_accuracy; /* kept_member > 0: the average's
+                              validation accuracy and the lowest member's */
     long stop_step;        /* where this session will end at the latest: min(total, max_steps) */
     double epoch_progress; /* the member's step / batches per epoch, e.g. 1.5 */
     double examples_per_s, tokens_per_s; /* this session, training steps only */
@@ -180,6 +184,8 @@ typedef struct {
     long step;                 /* optimizer steps done in total (every member's) */
     long total_steps;          /* members x epochs x batches per epoch */
     int members;               /* training.members: > 1, the model is their average */
+    int kept_member;           /* > 0: the average read below every member on validation,
+                                  and this member (from 1) is the model instead */
     int epoch;                 /* 0-based epoch the run is in (== epochs when finished) */
     int n_evals;               /* evaluations in this session */
     double best_val_accuracy;  /* -1 when no evaluation had validation rows */

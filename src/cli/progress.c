@@ -144,6 +144,14 @@ static void print_eval(const ac_train_progress *ev)
     char tok[32], elapsed[32], val[160];
     cli_format_count(tok, sizeof tok, ev->tokens_per_s);
     cli_format_duration(elapsed, sizeof elapsed, ev->elapsed_s);
+    if (ev->soup && ev->kept_member > 0) {
+        fprintf(stderr, "the mean of the %d members read val accuracy %.4f, below every member's "
+                        "(the lowest %.4f): the model is member %d instead: val loss %.4f, val "
+                        "accuracy %.4f, short spans %.4f (saved), %s\n",
+                ev->members, ev->mean_val_accuracy, ev->worst_member_accuracy, ev->kept_member,
+                ev->val_loss, ev->val_accuracy, ev->val_span_accuracy, elapsed);
+        return;
+    }
     if (ev->soup) {
         if (isfinite(ev->val_accuracy))
             fprintf(stderr, "the mean of the %d members: val loss %.4f, val accuracy %.4f, short "

@@ -118,7 +118,11 @@ static void print_result(const ac_train_result *r, const char *out_dir, const ac
     default:
         break;
     }
-    if (r->members > 1 && r->status == AC_TRAIN_FINISHED && r->best_val_accuracy >= 0)
+    if (r->members > 1 && r->status == AC_TRAIN_FINISHED && r->kept_member > 0)
+        printf("member %d of %d (their mean read lower on validation): validation accuracy %.4f "
+               "(%ld steps in all); model saved in %s\n",
+               r->kept_member, r->members, r->best_val_accuracy, r->step, out_dir);
+    else if (r->members > 1 && r->status == AC_TRAIN_FINISHED && r->best_val_accuracy >= 0)
         printf("the mean of %d members: validation accuracy %.4f (%ld steps in all); model saved "
                "in %s\n",
                r->members, r->best_val_accuracy, r->step, out_dir);
@@ -240,11 +244,11 @@ static int resume_of_finished_run(const char *out_dir, const ac_config *cfg, int
     if (!quiet) {
         if (cfg->training.members > 1 && st.best_metric >= 0)
             fprintf(stderr,
-                    "attnctl: %s: the run finished (the mean of %d members, validation accuracy "
+                    "attnctl: %s: the run finished (%d members, validation accuracy "
                     "%.4f); nothing to resume\n",
                     out_dir, cfg->training.members, st.best_metric);
         else if (cfg->training.members > 1)
-            fprintf(stderr, "attnctl: %s: the run finished (the mean of %d members); nothing to "
+            fprintf(stderr, "attnctl: %s: the run finished (%d members); nothing to "
                             "resume\n",
                     out_dir, cfg->training.members);
         else if (st.best_step >= 0 && st.best_metric >= 0)

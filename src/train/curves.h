@@ -24,6 +24,10 @@ typedef struct {
     int member;           /* with training.members > 1: the member (from 1), or 0 for the
                              members' average (soup = 1); 0 in a run of one model */
     int soup;             /* 1: the evaluation of the members' average */
+    int kept_member;      /* soup: 0 when the average is the model; k when it read below
+                             every member on validation and member k (from 1) is kept */
+    double mean_val_accuracy; /* kept_member > 0: what the average read; NAN otherwise */
+    double worst_member_accuracy; /* kept_member > 0: the lowest member's (not logged) */
 } ac_metric_point;
 
 /* What the curves are called (NULL: a classifier's: "Training",

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pick_model.h"
 #include "trainer_internal.h"
 
 /* Fewer validation rows than this give no temperature (it stays 1). */
@@ -162,6 +163,8 @@ static ac_metric_point unmeasured_point(const trainer *t)
         .lr = NAN,
         .tokens_per_s = NAN,
         .elapsed_s = NAN,
+        .mean_val_accuracy = NAN,
+        .worst_member_accuracy = NAN,
     };
 }
 
@@ -189,6 +192,7 @@ static void report_evaluation(trainer *t, const session_stats *s, const ac_metri
                               int improved, ac_train_result *res)
 {
     res->n_evals++;
+    res->kept_member = p->kept_member;
     res->last_val_loss = p->val_loss;
     res->last_val_accuracy = p->val_accuracy;
     ac_train_progress ev;
@@ -201,6 +205,9 @@ static void report_evaluation(trainer *t, const session_stats *s, const ac_metri
     ev.val_ece = p->val_ece;
     ev.improved = improved;
     ev.soup = p->soup;
+    ev.kept_member = p->kept_member;
+    ev.mean_val_accuracy = p->mean_val_accuracy;
+    ev.worst_member_accuracy = p->worst_member_accuracy;
     ev.tokens_per_s = p->tokens_per_s;
     trainer_report(t, &ev);
 }
@@ -283,12 +290,58 @@ int trainer_evaluate_and_save(trainer *t, session_stats *s, ac_train_result *res
     return 0;
 }
 
+/* The average was evaluated into p and reads below the last member's best:
+ * every member is evaluated, and if the average is below all of them the
+ * best member becomes the model (trainer_pick_model); otherwise the average
+ * stays. Either way the model is evaluated last, so the temperature and the
+ * reliability bins are its own. 0, TRAINER_EVAL_ABANDONED or -1. */
+static int keep_best_member_if_mean_fails(trainer *t, ac_metric_point *p, ac_err *err)
+{
+    const int members = t->cfg.training.members;
+    const size_t bytes = t->model.n_params * sizeof *t->model.params;
+    float *mean = malloc(bytes);
+    if (!mean)
+        return ac_err_set(err, "out of memory for the members' average");
+    memcpy(mean, t->model.params, bytes);
+    double accuracy[AC_MAX_MEMBERS];
+    int rc = 0;
+    for (int j = 0; rc == 0 && j < members; j++) {
+        ac_metric_point q = unmeasured_point(t);
+        rc = trainer_load_member(t, j, err);
+        if (rc == 0)
+            rc = evaluate_classifier(t, &q, err);
+        accuracy[j] = q.val_accuracy;
+    }
+    int keep = rc == 0 ? trainer_pick_model(p->val_accuracy, accuracy, members) : -1;
+    if (rc == 0 && keep >= 0) {
+        const double mean_accuracy = p->val_accuracy;
+        double worst = accuracy[0];
+        for (int j = 1; j < members; j++)
+            worst = accuracy[j] < worst ? accuracy[j] : worst;
+        rc = trainer_load_member(t, keep, err);
+        if (rc == 0)
+            rc = evaluate_classifier(t, p, err);
+        p->kept_member = keep + 1;
+        p->mean_val_accuracy = mean_accuracy;
+        p->worst_member_accuracy = worst;
+    } else if (rc == 0) {
+        memcpy(t->model.params, mean, bytes);
+        rc = evaluate_classifier(t, p, err);
+    }
+    free(mean);
+    return rc;
+}
+
 int trainer_evaluate_soup(trainer *t, session_stats *s, ac_train_result *res, ac_err *err)
 {
     ac_trainer_state *st = &t->state;
     ac_metric_point p = unmeasured_point(t);
     p.soup = 1;
     int rc = evaluate_classifier(t, &p, err);
+    /* Checking the members costs an evaluation each: only when the average
+     * reads below the last member, which it must beat or tie to stay. */
+    if (rc == 0 && t->n_val > 0 && p.val_accuracy < st->best_metric)
+        rc = keep_best_member_if_mean_fails(t, &p, err);
     if (rc != 0) /* an error, or abandoned: a resumed run averages again */
         return rc;
     p.elapsed_s = t->elapsed_base + (trainer_now_s() - s->t0);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "attnctl/rng.h"
+#include "pick_model.h"
 #include "trainer_internal.h"
 
 #define MEMBER_START_FILE "member-start.safetensors"
@@ -168,6 +169,28 @@ int trainer_average_members(trainer *t, ac_err *err)
             t->model.params[i] = (float)(sum[i] / members);
     free(sum);
     return rc ? ac_err_prefix(err, "averaging the %d members", members) : 0;
+}
+
+int trainer_load_member(trainer *t, int member, ac_err *err)
+{
+    char *path = member_path(t, member, err);
+    int rc = path ? load_weights(t, path, t->model.params, NULL, err) : -1;
+    free(path);
+    return rc ? ac_err_prefix(err, "reading member %d of %d", member + 1,
+                              t->cfg.training.members)
+              : 0;
+}
+
+int trainer_pick_model(double mean_accuracy, const double *member_accuracy, int members)
+{
+    int best = 0;
+    for (int j = 0; j < members; j++) {
+        if (!(mean_accuracy < member_accuracy[j]))
+            return -1; /* the mean is at least level with one member: it stays */
+        if (member_accuracy[j] > member_accuracy[best])
+            best = j;
+    }
+    return best;
 }
 
 void trainer_remove_member_files(const trainer *t)

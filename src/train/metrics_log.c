@@ -42,8 +42,12 @@ int trainer_write_metrics_and_curves(const trainer *t, ac_err *err)
         format_number(tps, sizeof tps, p->tokens_per_s);
         format_number(el, sizeof el, p->elapsed_s);
         /* Runs of several members say whose evaluation a line is. */
-        char who[48] = "";
-        if (p->soup)
+        char who[112] = "";
+        if (p->soup && p->kept_member > 0)
+            snprintf(who, sizeof who,
+                     ", \"soup\": true, \"kept_member\": %d, \"mean_val_accuracy\": %.9g",
+                     p->kept_member, p->mean_val_accuracy);
+        else if (p->soup)
             snprintf(who, sizeof who, ", \"soup\": true");
         else if (p->member > 0)
             snprintf(who, sizeof who, ", \"member\": %d", p->member);
@@ -143,6 +147,12 @@ int trainer_load_metrics_until(trainer *t, long max_step, ac_err *err)
                                ? (int)member
                                : 0;
                 p.soup = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(obj, "soup"));
+                double kept = json_number(obj, "kept_member");
+                p.kept_member = p.soup && isfinite(kept) && kept >= 1 && kept <= AC_MAX_MEMBERS
+                                    ? (int)kept
+                                    : 0;
+                p.mean_val_accuracy = p.kept_member ? json_number(obj, "mean_val_accuracy") : NAN;
+                p.worst_member_accuracy = NAN;
                 rc = trainer_push_point(t, &p, err);
             }
             cJSON_Delete(obj);

@@ -212,6 +212,8 @@ int trainer_next_member(trainer *t, ac_err *err);
  * weights (summed in double, in member order: the same bits every time),
  * ready to be evaluated and saved (trainer_evaluate_soup). */
 int trainer_average_members(trainer *t, ac_err *err);
+/* Member `member`'s kept weights (0-based) into the model. */
+int trainer_load_member(trainer *t, int member, ac_err *err);
 /* Removes checkpoint/member-*.safetensors (a finished run's, with the rest
  * of its state). */
 void trainer_remove_member_files(const trainer *t);
