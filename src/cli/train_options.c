@@ -140,8 +140,10 @@ void cli_print_training_options(cli_training_kind kind)
                "      --token-dropout X  share of training tokens replaced by <unk> [%g]\n"
                "      --members N        train N models from the same initial weights, each\n"
                "                         with its own shuffle, crops and dropout, and keep the\n"
-               "                         mean of their weights: a model of the usual size, N\n"
-               "                         times the training; 1 = one model [%d]\n",
+               "                         mean of their weights (the best member instead if\n"
+               "                         the mean reads below every member on validation):\n"
+               "                         a model of the usual size, N times the training;\n"
+               "                         1 = one model [%d]\n",
                t->val_split, t->eval_every, t->patience, t->crop_frac, t->crop_min, t->crop_max,
                (double)t->label_smoothing, (double)t->token_dropout, t->members);
     printf("      --ema X            evaluate and save a moving average of the weights with\n"
