@@ -594,6 +594,62 @@ START_TEST(test_calibration_svg)
 }
 END_TEST
 
+/* A point of a run with members: member 0 and soup 0 for a run of one model. */
+static ac_metric_point curve_point(long step, int member, int soup, double loss, double acc)
+{
+    return (ac_metric_point){.step = step, .epoch = NAN, .train_loss = soup ? NAN : loss + 0.1,
+                             .val_loss = loss, .val_accuracy = acc, .span_accuracy = NAN,
+                             .span_majority = NAN, .temperature = NAN, .val_ece = NAN,
+                             .lr = NAN, .tokens_per_s = NAN, .elapsed_s = NAN,
+                             .member = member, .soup = soup, .mean_val_accuracy = NAN,
+                             .worst_member_accuracy = NAN};
+}
+
+START_TEST(test_curves_svg_members)
+{
+    /* One model: no member labels, no diamond, a circle per figure. */
+    ac_metric_point one[] = {curve_point(10, 0, 0, 0.5, 0.80), curve_point(20, 0, 0, 0.4, 0.85)};
+    char *svg = ac_curves_svg(one, 2, NULL);
+    assert_svg_document(svg);
+    ck_assert_ptr_null(strstr(svg, "member"));
+    ck_assert_int_eq(count_substr(svg, "<polygon"), 0);
+    ck_assert_int_eq(count_substr(svg, "<circle"), 6);
+    free(svg);
+
+    /* Two members and their mean: each member named (once, in the loss
+     * panel), the mean a diamond in both panels and in the legend (not a
+     * circle on the last member's curve), named with its figure; the
+     * members' curves are not joined. */
+    ac_metric_point two[] = {curve_point(10, 1, 0, 0.5, 0.80), curve_point(20, 1, 0, 0.4, 0.85),
+                             curve_point(30, 2, 0, 0.5, 0.81), curve_point(40, 2, 0, 0.4, 0.86),
+                             curve_point(40, 0, 1, 0.35, 0.875)};
+    svg = ac_curves_svg(two, 5, NULL);
+    assert_svg_document(svg);
+    ck_assert_int_eq(count_substr(svg, ">member 1</text>"), 1);
+    ck_assert_int_eq(count_substr(svg, ">member 2</text>"), 1);
+    ck_assert_int_eq(count_substr(svg, "<polygon"), 3);
+    ck_assert_int_eq(count_substr(svg, "<circle"), 12);
+    ck_assert_ptr_nonnull(strstr(svg, "mean of 2 members 0.8750</text>"));
+    ck_assert_ptr_null(strstr(svg, "kept"));
+    ck_assert_int_eq(count_substr(svg, " M"), 3 * 2); /* 3 series, 2 members each */
+    free(svg);
+
+    /* The mean read below every member: member 2 was kept, the mean is a
+     * hollow diamond at its own figure, inside the panel's range; the legend
+     * names both. */
+    two[4].val_accuracy = 0.86;
+    two[4].kept_member = 2;
+    two[4].mean_val_accuracy = 0.70;
+    svg = ac_curves_svg(two, 5, NULL);
+    assert_svg_document(svg);
+    ck_assert_ptr_nonnull(strstr(svg, "member 2 kept 0.8600</text>"));
+    ck_assert_ptr_nonnull(strstr(svg, "mean 0.7000 (below every member)</text>"));
+    ck_assert_int_eq(count_substr(svg, "<polygon"), 5);
+    ck_assert_ptr_nonnull(strstr(svg, ">0.70</text>")); /* the accuracy axis reaches the mean */
+    free(svg);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("metrics");
@@ -619,6 +675,7 @@ int main(void)
     tcase_add_test(calibration, test_temperature_edge_cases);
     tcase_add_test(calibration, test_temperature_errors);
     tcase_add_test(calibration, test_calibration_svg);
+    tcase_add_test(calibration, test_curves_svg_members);
     suite_add_tcase(s, calibration);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

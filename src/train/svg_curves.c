@@ -180,17 +180,23 @@ void svg_draw_axes(svg_buf *sb, const svg_plot *p, const char *x_title, const ch
                p->x0 - 52, p->y0 + p->h / 2, p->x0 - 52, p->y0 + p->h / 2, y_title);
 }
 
-/* One series as a path (gaps where values are not finite) plus markers. */
+static double field_at(const ac_metric_point *pt, size_t field_offset)
+{
+    return *(const double *)((const char *)pt + field_offset);
+}
+
+/* One series as a path (gaps where values are not finite) plus markers. The
+ * members' average is not on it: draw_soup marks it. */
 static void draw_series(svg_buf *sb, const svg_plot *p, const ac_metric_point *pts, int n,
                         size_t field_offset, const char *color, int dashed)
 {
     int pen_down = 0, any = 0;
     for (int i = 0; i < n; i++) {
-        double v = *(const double *)((const char *)&pts[i] + field_offset);
+        double v = field_at(&pts[i], field_offset);
         /* Each member of a weight average is a curve of its own. */
-        if (i > 0 && (pts[i].member != pts[i - 1].member || pts[i].soup != pts[i - 1].soup))
+        if (i > 0 && pts[i].member != pts[i - 1].member)
             pen_down = 0;
-        if (!isfinite(v)) {
+        if (pts[i].soup || !isfinite(v)) {
             pen_down = 0;
             continue;
         }
@@ -209,42 +215,144 @@ static void draw_series(svg_buf *sb, const svg_plot *p, const ac_metric_point *p
         return;
     svg_printf(sb, "<g fill=\"%s\">\n", color);
     for (int i = 0; i < n; i++) {
-        double v = *(const double *)((const char *)&pts[i] + field_offset);
-        if (isfinite(v))
+        double v = field_at(&pts[i], field_offset);
+        if (!pts[i].soup && isfinite(v))
             svg_printf(sb, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\"/>\n",
                        svg_x(p, (double)pts[i].step), svg_y(p, v));
     }
     svg_printf(sb, "</g>\n");
 }
 
-/* A one-row legend above the plot area, right-aligned, so it never hides data. */
-static void draw_legend(svg_buf *sb, const svg_plot *p, const char *const *names,
-                        const char *const *colors, const int *dashed, int n)
+static void draw_diamond_at(svg_buf *sb, double x, double y, const char *fill, const char *stroke)
 {
-    const double char_w = 6.8, swatch = 22, gap = 18; /* widths for 12px text */
+    const double r = 6;
+    svg_printf(sb,
+               "<polygon points=\"%.1f,%.1f %.1f,%.1f %.1f,%.1f %.1f,%.1f\" fill=\"%s\" "
+               "stroke=\"%s\" stroke-width=\"1.5\"/>\n",
+               x, y - r, x + r, y, x, y + r, x - r, y, fill, stroke);
+}
+
+/* With members, each member's curve starts after a faint rule, so three
+ * curves side by side read as three models; with named, each is named at the
+ * foot of the panel (the loss panel, where curves stay well above 0). */
+static void draw_member_marks(svg_buf *sb, const svg_plot *p, const ac_metric_point *pts, int n,
+                              int named)
+{
+    svg_printf(sb, "<g font-size=\"11\" fill=\"#777\">\n");
+    for (int i = 0; i < n; i++) {
+        if (pts[i].soup || pts[i].member < 1 || (i > 0 && pts[i].member == pts[i - 1].member))
+            continue;
+        double x = p->x0;
+        if (i > 0) {
+            x = svg_x(p, (double)pts[i - 1].step);
+            svg_printf(sb,
+                       "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#bbb\" "
+                       "stroke-dasharray=\"2 3\"/>\n",
+                       x, p->y0, x, p->y0 + p->h);
+        }
+        if (named)
+            svg_printf(sb, "<text x=\"%.1f\" y=\"%.1f\">member %d</text>\n", x + 5,
+                       p->y0 + p->h - 6, pts[i].member);
+    }
+    svg_printf(sb, "</g>\n");
+}
+
+/* The members' average: a diamond at the end of the run, named in the
+ * legend. When it read below every member (kept_member, accuracy panel) its
+ * own figure is a hollow diamond and the kept member's a filled one. */
+static void draw_soup(svg_buf *sb, const svg_plot *p, const ac_metric_point *pts, int n,
+                      size_t field_offset, const char *color, int with_mean)
+{
+    for (int i = 0; i < n; i++) {
+        double v = field_at(&pts[i], field_offset);
+        if (!pts[i].soup || !isfinite(v))
+            continue;
+        const double x = svg_x(p, (double)pts[i].step);
+        if (with_mean && pts[i].kept_member > 0 && isfinite(pts[i].mean_val_accuracy))
+            draw_diamond_at(sb, x, svg_y(p, pts[i].mean_val_accuracy), "#fff", color);
+        draw_diamond_at(sb, x, svg_y(p, v), color, "#333");
+    }
+}
+
+typedef enum { LEGEND_LINE, LEGEND_DASHED, LEGEND_DIAMOND, LEGEND_HOLLOW_DIAMOND } legend_style;
+
+typedef struct {
+    char name[64];
+    const char *color;
+    legend_style style;
+} legend_entry;
+
+/* About how wide 12px DejaVu Sans sets s: digits are wider than letters. */
+static double text_width(const char *s)
+{
+    double w = 0;
+    for (; *s; s++)
+        w += *s >= '0' && *s <= '9' ? 7.6 : 6.8;
+    return w;
+}
+
+/* A one-row legend above the plot area, right-aligned, so it never hides data. */
+static void draw_legend(svg_buf *sb, const svg_plot *p, const legend_entry *entries, int n)
+{
+    const double swatch = 22, gap = 18;
     double total = 0;
     for (int i = 0; i < n; i++)
-        total += swatch + 6 + char_w * (double)strlen(names[i]) + (i ? gap : 0);
+        total += swatch + 6 + text_width(entries[i].name) + (i ? gap : 0);
     double x = p->x0 + p->w - total, y = p->y0 - 8;
     svg_printf(sb, "<g font-size=\"12\">\n");
     for (int i = 0; i < n; i++) {
+        const legend_entry *e = &entries[i];
         if (i)
             x += gap;
-        svg_printf(sb,
-                   "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
-                   "stroke-width=\"3\"%s/>\n<text x=\"%.1f\" y=\"%.1f\">%s</text>\n",
-                   x, y - 4, x + swatch, y - 4, colors[i],
-                   dashed[i] ? " stroke-dasharray=\"6 3\"" : "", x + swatch + 6, y, names[i]);
-        x += swatch + 6 + char_w * (double)strlen(names[i]);
+        if (e->style == LEGEND_DIAMOND || e->style == LEGEND_HOLLOW_DIAMOND)
+            draw_diamond_at(sb, x + swatch / 2, y - 4,
+                            e->style == LEGEND_DIAMOND ? e->color : "#fff",
+                            e->style == LEGEND_DIAMOND ? "#333" : e->color);
+        else
+            svg_printf(sb,
+                       "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+                       "stroke-width=\"3\"%s/>\n",
+                       x, y - 4, x + swatch, y - 4, e->color,
+                       e->style == LEGEND_DASHED ? " stroke-dasharray=\"6 3\"" : "");
+        svg_printf(sb, "<text x=\"%.1f\" y=\"%.1f\">", x + swatch + 6, y);
+        svg_xml_text(sb, e->name);
+        svg_printf(sb, "</text>\n");
+        x += swatch + 6 + text_width(e->name);
     }
     svg_printf(sb, "</g>\n");
+}
+
+/* The accuracy panel's legend entries for the members' average (at most 2). */
+static int soup_legend(const ac_metric_point *pts, int n, legend_entry *out)
+{
+    int members = 0;
+    for (int i = 0; i < n; i++)
+        members = pts[i].member > members ? pts[i].member : members;
+    for (int i = n - 1; i >= 0; i--) {
+        if (!pts[i].soup || !isfinite(pts[i].val_accuracy))
+            continue;
+        if (pts[i].kept_member > 0 && isfinite(pts[i].mean_val_accuracy)) {
+            out[0] = (legend_entry){.color = COLOR_VAL_ACC, .style = LEGEND_HOLLOW_DIAMOND};
+            snprintf(out[0].name, sizeof out[0].name, "mean %.4f (below every member)",
+                     pts[i].mean_val_accuracy);
+            out[1] = (legend_entry){.color = COLOR_VAL_ACC, .style = LEGEND_DIAMOND};
+            snprintf(out[1].name, sizeof out[1].name, "member %d kept %.4f",
+                     pts[i].kept_member, pts[i].val_accuracy);
+            return 2;
+        }
+        out[0] = (legend_entry){.color = COLOR_VAL_ACC, .style = LEGEND_DIAMOND};
+        snprintf(out[0].name, sizeof out[0].name, "mean of %d members %.4f", members,
+                 pts[i].val_accuracy);
+        return 1;
+    }
+    return 0;
 }
 
 static void field_range(const ac_metric_point *pts, int n, size_t field_offset, double *lo,
                         double *hi, int *count)
 {
     for (int i = 0; i < n; i++) {
-        double v = *(const double *)((const char *)&pts[i] + field_offset);
+        double v = field_at(&pts[i], field_offset);
         if (!isfinite(v))
             continue;
         if (*count == 0 || v < *lo)
@@ -307,22 +415,22 @@ char *ac_curves_svg(const ac_metric_point *pts, int n, const ac_curves_labels *l
             loss.yr.lo = 0;
     }
     svg_draw_axes(&sb, &loss, "step", "loss");
+    draw_member_marks(&sb, &loss, pts, n, 1);
     if (count) {
         draw_series(&sb, &loss, pts, n, offsetof(ac_metric_point, train_loss), COLOR_TRAIN, 0);
         draw_series(&sb, &loss, pts, n, offsetof(ac_metric_point, val_loss), COLOR_VAL_LOSS, 1);
-        const char *names[2], *colors[2];
-        int dashed[2], k = 0;
+        draw_soup(&sb, &loss, pts, n, offsetof(ac_metric_point, val_loss), COLOR_VAL_LOSS, 0);
+        legend_entry entries[2];
+        int k = 0;
         if (n_train) {
-            names[k] = "training loss";
-            colors[k] = COLOR_TRAIN;
-            dashed[k++] = 0;
+            entries[k] = (legend_entry){.color = COLOR_TRAIN, .style = LEGEND_LINE};
+            snprintf(entries[k++].name, sizeof entries[0].name, "training loss");
         }
         if (n_val) {
-            names[k] = labels->val_loss;
-            colors[k] = COLOR_VAL_LOSS;
-            dashed[k++] = 1;
+            entries[k] = (legend_entry){.color = COLOR_VAL_LOSS, .style = LEGEND_DASHED};
+            snprintf(entries[k++].name, sizeof entries[0].name, "%s", labels->val_loss);
         }
-        draw_legend(&sb, &loss, names, colors, dashed, k);
+        draw_legend(&sb, &loss, entries, k);
     } else {
         svg_draw_message(&sb, &loss, "no evaluations yet");
     }
@@ -333,6 +441,13 @@ char *ac_curves_svg(const ac_metric_point *pts, int n, const ac_curves_labels *l
     lo = hi = 0;
     count = 0;
     field_range(pts, n, offsetof(ac_metric_point, val_accuracy), &lo, &hi, &count);
+    for (int i = 0; count && i < n; i++) { /* a mean that was not kept is drawn too */
+        double mean = pts[i].mean_val_accuracy;
+        if (pts[i].soup && pts[i].kept_member > 0 && isfinite(mean)) {
+            lo = mean < lo ? mean : lo;
+            hi = mean > hi ? mean : hi;
+        }
+    }
     if (count) {
         acc.yr = make_axis(lo, hi, 5);
         if (acc.yr.lo < 0)
@@ -343,12 +458,13 @@ char *ac_curves_svg(const ac_metric_point *pts, int n, const ac_curves_labels *l
             acc.yr = (svg_axis){0, 1, 0.2};
     }
     svg_draw_axes(&sb, &acc, "step", labels->accuracy);
+    draw_member_marks(&sb, &acc, pts, n, 0);
     if (count) {
         draw_series(&sb, &acc, pts, n, offsetof(ac_metric_point, val_accuracy), COLOR_VAL_ACC, 0);
-        const char *names[] = {labels->accuracy};
-        const char *colors[] = {COLOR_VAL_ACC};
-        const int dashed[] = {0};
-        draw_legend(&sb, &acc, names, colors, dashed, 1);
+        draw_soup(&sb, &acc, pts, n, offsetof(ac_metric_point, val_accuracy), COLOR_VAL_ACC, 1);
+        legend_entry entries[3] = {{.color = COLOR_VAL_ACC, .style = LEGEND_LINE}};
+        snprintf(entries[0].name, sizeof entries[0].name, "%s", labels->accuracy);
+        draw_legend(&sb, &acc, entries, 1 + soup_legend(pts, n, entries + 1));
     } else {
         svg_draw_message(&sb, &acc, n ? "no validation data" : "no evaluations yet");
     }
