@@ -822,6 +822,7 @@ START_TEST(test_config_presets)
     ck_assert_int_eq(c.model.max_len, 200);
     ck_assert_int_eq(c.model.pooling, AC_POOL_MAX);
     ck_assert_int_eq(c.tokenizer.truncation, AC_TRUNC_HEAD);
+    ck_assert_int_eq(c.tokenizer.mark_negation, 0); /* the course's words, as they are */
     ck_assert(c.model.dropout == 0.1f);
     /* the preset's training section, tuned on IMDB validation (README) */
     ck_assert_int_eq(c.training.epochs, 10);
@@ -1098,7 +1099,7 @@ START_TEST(test_config_of_version_0_1_loads)
         "    \"members\": 3\n",
         "    \"objective\": \"classification\",\n", "    \"mask_frac\": 0.15,\n",
         "    \"init_model\": \"\",\n", "    \"emoji_names\": true,\n",
-        "    \"squeeze_elongations\": true,\n",
+        "    \"squeeze_elongations\": true,\n", "    \"mark_negation\": true,\n",
     };
     for (size_t i = 0; i < sizeof added / sizeof added[0]; i++) {
         char *cut = replace_first(text, added[i], "");
@@ -1141,6 +1142,8 @@ START_TEST(test_config_of_version_0_1_loads)
     ck_assert_ptr_null(strstr(text, "emoji_names"));
     ck_assert_int_eq(d.tokenizer.squeeze_elongations, 0); /* a stretched word stays <unk> */
     ck_assert_ptr_null(strstr(text, "squeeze_elongations"));
+    ck_assert_int_eq(d.tokenizer.mark_negation, 0); /* "not good" reads "not", "good" */
+    ck_assert_ptr_null(strstr(text, "mark_negation"));
     ck_assert_ptr_null(strstr(text, "objective"));
     ck_assert_ptr_null(strstr(text, "mask_frac"));
     ck_assert_ptr_null(strstr(text, "init_model"));

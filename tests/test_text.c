@@ -90,10 +90,12 @@ static void expect_tokens_cfg(const ac_tokenizer_config *cfg, const char *text, 
     ac_tokenizer_free(t);
 }
 
+/* The split alone: the defaults without negation marking (test_tok_negation). */
 static void expect_tokens(const char *text, const char *want)
 {
     ac_tokenizer_config cfg;
     ac_tokenizer_config_defaults(&cfg);
+    cfg.mark_negation = 0;
     expect_tokens_cfg(&cfg, text, want);
 }
 
@@ -132,6 +134,7 @@ START_TEST(test_tok_defaults)
     ck_assert_int_eq(c.split_apostrophes, 0);
     ck_assert_int_eq(c.emoji_names, 1);
     ck_assert_int_eq(c.squeeze_elongations, 1);
+    ck_assert_int_eq(c.mark_negation, 1);
     ck_assert_int_eq(c.truncation, AC_TRUNC_HEAD_TAIL);
     ck_assert_int_eq(c.head_tokens, 0);
 }
@@ -224,6 +227,7 @@ START_TEST(test_tok_apostrophes_hyphens)
     expect_tokens("the '90s", "the ' 90s");
     ac_tokenizer_config c;
     ac_tokenizer_config_defaults(&c);
+    c.mark_negation = 0;
     c.split_apostrophes = 1;
     expect_tokens_cfg(&c, "don't well-made don\xE2\x80\x99t", "don ' t well-made don ' t");
     c.split_apostrophes = 0;
@@ -312,6 +316,7 @@ START_TEST(test_tok_emoji_table_complete)
     ck_assert_int_gt(EMOJI_NAME_COUNT, 1000);
     ac_tokenizer_config cfg;
     ac_tokenizer_config_defaults(&cfg);
+    cfg.mark_negation = 0; /* "hourglass not done" would read "not_done" */
     ac_tokenizer *t;
     ck_assert_int_eq(ac_tokenizer_create(&t, &cfg, NULL), 0);
     for (int i = 0; i < EMOJI_NAME_COUNT; i++) {
@@ -431,6 +436,61 @@ START_TEST(test_tok_reference_mode_matches)
         ac_tokenizer_free(fast);
         ac_tokenizer_free(ref);
     }
+}
+END_TEST
+
+/* After a negator, each word up to the next punctuation mark reads as
+ * "not_" + the word. */
+START_TEST(test_tok_negation)
+{
+    ac_tokenizer_config c;
+    ac_tokenizer_config_defaults(&c);
+    expect_tokens_cfg(&c, "Not good.", "not not_good .");
+    expect_tokens_cfg(&c, "I would not recommend it, but the cast is great",
+                      "i would not not_recommend not_it , but the cast is great");
+    expect_tokens_cfg(&c, "Didn't like it; loved the end", "didn't not_like not_it ; loved the end");
+    expect_tokens_cfg(&c, "Didn\xE2\x80\x99t care", "didn't not_care");
+    expect_tokens_cfg(&c, "NOTHING works! Never again? no, no way",
+                      "nothing not_works ! never not_again ? no , no not_way");
+    expect_tokens_cfg(&c, "not not bad", "not not_not not_bad"); /* the reach goes on */
+    expect_tokens_cfg(&c, "can't (ever) stop: never \"fun\" \xE2\x80\x9Cnot\xE2\x80\x9D done",
+                      "can't ( ever ) stop : never \" fun \" \xE2\x80\x9C not \xE2\x80\x9D done");
+    expect_tokens_cfg(&c, "cannot work without sound nor light", /* every negator counts */
+                      "cannot not_work not_without not_sound not_nor not_light");
+    /* only whole words: knot, nothingness, note, cant, nt */
+    expect_tokens_cfg(&c, "knot nothingness note cant nt good", "knot nothingness note cant nt good");
+    expect_tokens_cfg(&c, "not 10/10 - sadly", "not not_10 / not_10 - not_sadly");
+    expect_tokens_cfg(&c, "not \xF0\x9F\x91\x8D", "not not_thumbs not_up"); /* emoji names */
+    expect_tokens_cfg(&c, "not <br /> good", "not not_good"); /* a tag is white space */
+    c.split_apostrophes = 1;
+    expect_tokens_cfg(&c, "don't like, won't", "don ' t not_like , won ' t");
+    c.split_apostrophes = 0;
+    c.casefold = 0;
+    expect_tokens_cfg(&c, "NOT Good. No", "NOT not_Good . No");
+    c.casefold = 1;
+    c.mark_negation = 0;
+    expect_tokens_cfg(&c, "not good", "not good");
+
+    /* The rewritten words live in a buffer of the tokenizer's own: a long
+     * text grows it, the next text reuses it. */
+    c.mark_negation = 1;
+    ac_tokenizer *t;
+    ck_assert_int_eq(ac_tokenizer_create(&t, &c, NULL), 0);
+    size_t n = 0, cap = 120000;
+    char *big = malloc(cap);
+    ck_assert_ptr_nonnull(big);
+    while (n + 12 < cap) {
+        memcpy(big + n, "never good. ", 12);
+        n += 12;
+    }
+    const ac_token *toks;
+    ck_assert_int_eq(ac_tokenize(t, big, n, &toks), (int64_t)(n / 12) * 3);
+    for (int64_t i = 1; i < (int64_t)(n / 12) * 3; i += 3)
+        ck_assert(toks[i].len == 8 && memcmp(toks[i].str, "not_good", 8) == 0);
+    ck_assert_int_eq(ac_tokenize(t, "no way", 6, &toks), 2);
+    ck_assert(toks[1].len == 7 && memcmp(toks[1].str, "not_way", 7) == 0);
+    free(big);
+    ac_tokenizer_free(t);
 }
 END_TEST
 
@@ -1636,6 +1696,7 @@ int main(void)
     tcase_add_test(tok, test_tok_bad_config);
     tcase_add_test(tok, test_tok_reference_mode_matches);
     tcase_add_test(tok, test_tok_long_text_reuse);
+    tcase_add_test(tok, test_tok_negation);
     suite_add_tcase(s, tok);
 
     TCase *voc = tcase_create("vocab");

@@ -95,6 +95,9 @@ typedef struct {
     int emoji_names;    /* 1: an emoji reads as its English name ("thumbs up"); see tokenize.c */
     int squeeze_elongations; /* 1: an unknown word stretched for emphasis ("goooood") reads
                                 as the known word it stretches ("good"); see ac_token_id */
+    int mark_negation;  /* 1: after a negator ("not", "never", "didn't", ...) each word up to
+                           the next punctuation mark reads as "not_" + the word
+                           ("not good." -> "not", "not_good", "."); see tokenize.c */
     ac_truncation truncation;
     int head_tokens;    /* for head+tail: tokens kept from the head (rest from the tail); 0 = max_len/4 */
 } ac_tokenizer_config;

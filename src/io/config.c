@@ -186,6 +186,7 @@ static const key_spec TOKENIZER_KEYS[] = {
     {"split_apostrophes", K_BOOL, AT(tokenizer.split_apostrophes), 0, 1, 0, 0},
     {"emoji_names", K_BOOL, AT(tokenizer.emoji_names), 0, 1, SINCE_0_2, 0},
     {"squeeze_elongations", K_BOOL, AT(tokenizer.squeeze_elongations), 0, 1, SINCE_0_2, 0},
+    {"mark_negation", K_BOOL, AT(tokenizer.mark_negation), 0, 1, SINCE_0_2, 0},
     {"truncation", K_TRUNCATION, AT(tokenizer.truncation), 0, 0, 0, 0},
     {"head_tokens", K_INT, AT(tokenizer.head_tokens), 0, 65536, 0, 0},
 };

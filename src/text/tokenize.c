@@ -40,6 +40,8 @@ struct ac_tokenizer {
     size_t norm_cap;
     ac_token *tokens;
     size_t tokens_cap;
+    char *negated;            /* "not_" + word for the words mark_negation rewrites */
+    size_t negated_cap;
 };
 
 int ac_grow(void **buf, size_t *cap, size_t need, size_t elem)
@@ -594,6 +596,114 @@ static int64_t split_tokens(ac_tokenizer *t, size_t n)
     return count;
 }
 
+/* ---------------------------------------------------------------- negation */
+
+/* Negation marking (Das & Chen 2001; Pang, Lee & Vaithyanathan 2002). A bag
+ * of n-grams reads "not good" partly through "good", and a negated phrase the
+ * training text never held ("would not really recommend") through its
+ * positive words. With mark_negation every word after a negator, up to the
+ * next punctuation mark, becomes "not_" + the word: a token ordinary text
+ * never yields (the splitter cuts '_' off), so "not_recommend" or "not_worth"
+ * learn what the negated word means wherever it occurs. English negators
+ * only; with split_apostrophes, "don", "'", "t" counts as "don't". */
+
+#define NEGATION_PREFIX "not_"
+enum { NEGATION_PREFIX_LEN = sizeof NEGATION_PREFIX - 1 };
+
+static int ascii_lower(unsigned char c)
+{
+    return c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c;
+}
+
+/* The token is `word` (ASCII, any case). */
+static int token_is(const ac_token *tk, const char *word)
+{
+    size_t n = strlen(word);
+    if (tk->len != n)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (ascii_lower((unsigned char)tk->str[i]) != (unsigned char)word[i])
+            return 0;
+    return 1;
+}
+
+static int is_negator(const ac_token *toks, int64_t i)
+{
+    static const char *const NEGATORS[] = {"not",  "no",  "never",   "nothing", "nobody", "none",
+                                           "neither", "nor", "without", "cannot", "nowhere"};
+    const ac_token *tk = &toks[i];
+    for (size_t k = 0; k < sizeof NEGATORS / sizeof NEGATORS[0]; k++)
+        if (token_is(tk, NEGATORS[k]))
+            return 1;
+    const unsigned char *s = (const unsigned char *)tk->str;
+    if (tk->len >= 3 && ascii_lower(s[tk->len - 3]) == 'n' && s[tk->len - 2] == '\'' &&
+        ascii_lower(s[tk->len - 1]) == 't')
+        return 1; /* didn't, can't, won't */
+    if (i >= 2 && token_is(tk, "t") && token_is(&toks[i - 1], "'")) {
+        const ac_token *before = &toks[i - 2];
+        return before->len > 0 && ascii_lower((unsigned char)before->str[before->len - 1]) == 'n';
+    }
+    return 0;
+}
+
+/* The punctuation that ends a negation's reach: a clause or sentence ends,
+ * or a bracket or quotation starts or ends. */
+static int ends_negation(const ac_token *tk)
+{
+    if (tk->len == 1)
+        return tk->str[0] != '\0' && strchr(".,!?;:()[]\"", tk->str[0]) != NULL;
+    return token_is(tk, "\xe2\x80\x9c") || token_is(tk, "\xe2\x80\x9d"); /* curly quotes */
+}
+
+static int is_word(const ac_token *tk)
+{
+    size_t len;
+    int cls = char_class((const unsigned char *)tk->str, &len);
+    return cls == CH_ALNUM || cls == CH_MARK;
+}
+
+/* Rewrites the words in a negator's reach to point at "not_" + word in
+ * t->negated. 0, or -1 on allocation failure. */
+static int mark_negation(ac_tokenizer *t, int64_t count)
+{
+    ac_token *toks = t->tokens;
+    size_t need = 0;
+    int in_reach = 0;
+    for (int64_t i = 0; i < count; i++) {
+        if (is_word(&toks[i])) {
+            if (in_reach)
+                need += NEGATION_PREFIX_LEN + toks[i].len;
+            in_reach |= is_negator(toks, i);
+        } else if (ends_negation(&toks[i])) {
+            in_reach = 0;
+        }
+    }
+    if (need == 0)
+        return 0;
+    if (ac_grow((void **)&t->negated, &t->negated_cap, need, 1))
+        return -1;
+    size_t o = 0;
+    in_reach = 0;
+    for (int64_t i = 0; i < count; i++) {
+        if (is_word(&toks[i])) {
+            /* the test reads the token before it is rewritten; the tokens
+             * before it keep their last letter, all is_negator looks at */
+            int negator = is_negator(toks, i);
+            if (in_reach) {
+                memcpy(t->negated + o, NEGATION_PREFIX, NEGATION_PREFIX_LEN);
+                memcpy(t->negated + o + NEGATION_PREFIX_LEN, toks[i].str, toks[i].len);
+                toks[i].str = t->negated + o;
+                toks[i].len += NEGATION_PREFIX_LEN;
+                o += toks[i].len;
+            }
+            in_reach |= negator;
+        } else if (ends_negation(&toks[i])) {
+            in_reach = 0;
+        }
+    }
+    return 0;
+}
+
 /* ----------------------------------------------------------------- public */
 
 void ac_tokenizer_config_defaults(ac_tokenizer_config *c)
@@ -605,6 +715,7 @@ void ac_tokenizer_config_defaults(ac_tokenizer_config *c)
     c->split_apostrophes = 0;
     c->emoji_names = 1;
     c->squeeze_elongations = 1;
+    c->mark_negation = 1;
     c->truncation = AC_TRUNC_HEAD_TAIL;
     c->head_tokens = 0;
 }
@@ -644,6 +755,7 @@ void ac_tokenizer_free(ac_tokenizer *t)
     free(t->cps);
     free(t->norm);
     free(t->tokens);
+    free(t->negated);
     free(t);
 }
 
@@ -664,7 +776,7 @@ int64_t ac_tokenize(ac_tokenizer *t, const char *text, size_t len, const ac_toke
     if (rc)
         return -1;
     int64_t count = split_tokens(t, norm_len);
-    if (count < 0)
+    if (count < 0 || (t->cfg.mark_negation && mark_negation(t, count)))
         return -1;
     *tokens = t->tokens;
     return count;

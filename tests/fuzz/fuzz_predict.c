@@ -11,6 +11,7 @@
  *   byte 1, bits 0-6  truncation (value % 3: head, tail, head+tail),
  *                     head_tokens = ((value >> 2) & 31) % (MAX_LEN + 1)
  *           bit 7     squeeze_elongations
+ *   (mark_negation stays at its default, on)
  * Checks: ids inside the vocabulary, lengths in 1..MAX_LEN, the untruncated
  * length >= the kept one, <cls> first (and only there) when the vocabulary has it,
  * and probabilities that are finite and sum to 1; squeezing elongations

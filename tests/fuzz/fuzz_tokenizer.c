@@ -1,10 +1,11 @@
 /* libFuzzer target: the tokenizer (ac_tokenize).
  *
  * Input: one control byte (bit 0 nfkc, 1 casefold, 2 strip_html,
- * 3 split_hyphens, 4 split_apostrophes, 5 emoji_names), then the text.
- * Checks every token (non-empty, valid UTF-8, no white space / NUL / line
- * break inside, pointing into the tokenizer's buffer in order), and that the
- * fast path and the whole-text reference normalisation give the same tokens. */
+ * 3 split_hyphens, 4 split_apostrophes, 5 emoji_names, 6 mark_negation),
+ * then the text. Checks every token (non-empty, valid UTF-8, no white space /
+ * NUL / line break inside, pointing into the tokenizer's buffers in order),
+ * that the fast path and the whole-text reference normalisation give the
+ * same tokens, and that negation marking only prefixes words with "not_". */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,8 +26,17 @@ static void check_tokens(const ac_token *toks, int64_t n)
             /* vocab.txt holds one token a line: these must never be inside one */
             FUZZ_CHECK(c != '\0' && c != '\n' && c != '\r' && c != ' ' && c != '\t');
         }
-        if (i > 0)
-            FUZZ_CHECK(toks[i - 1].str + toks[i - 1].len <= t->str);
+    }
+    /* The split's tokens point into one buffer in order, the words negation
+     * marking rewrote ("not_" + word) into another, in order too. */
+    for (int marked = 0; marked <= 1; marked++) {
+        const char *end = NULL;
+        for (int64_t i = 0; i < n; i++) {
+            if ((toks[i].len > 4 && memcmp(toks[i].str, "not_", 4) == 0) != marked)
+                continue;
+            FUZZ_CHECK(end == NULL || end <= toks[i].str);
+            end = toks[i].str + toks[i].len;
+        }
     }
 }
 
@@ -46,6 +56,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cfg.split_hyphens = (ctl >> 3) & 1;
     cfg.split_apostrophes = (ctl >> 4) & 1;
     cfg.emoji_names = (ctl >> 5) & 1;
+    cfg.mark_negation = (ctl >> 6) & 1;
+    ac_tokenizer_config unmarked_cfg = cfg;
+    unmarked_cfg.mark_negation = 0;
 
     ac_err err = {{0}};
     ac_tokenizer *fast = NULL, *reference = NULL;
@@ -64,11 +77,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (int64_t i = 0; i < na; i++)
         FUZZ_CHECK(a[i].len == b[i].len && memcmp(a[i].str, b[i].str, a[i].len) == 0);
 
+    /* Marking changes no token but by a "not_" prefix ('_' never occurs in
+     * a word of the split). */
+    ac_tokenizer *unmarked = NULL;
+    FUZZ_CHECK(ac_tokenizer_create(&unmarked, &unmarked_cfg, &err) == 0);
+    const ac_token *u;
+    FUZZ_CHECK(ac_tokenize(unmarked, text, len, &u) == na);
+    for (int64_t i = 0; i < na; i++) {
+        size_t skip = a[i].len == u[i].len + 4 && memcmp(a[i].str, "not_", 4) == 0 ? 4 : 0;
+        FUZZ_CHECK(cfg.mark_negation || skip == 0);
+        FUZZ_CHECK(a[i].len == u[i].len + skip && memcmp(a[i].str + skip, u[i].str, u[i].len) == 0);
+    }
+
     /* The same tokenizer again on the same text: no state leaks between calls. */
     int64_t again = ac_tokenize(fast, text, len, &b);
     FUZZ_CHECK(again == na);
 
     ac_tokenizer_free(fast);
     ac_tokenizer_free(reference);
+    ac_tokenizer_free(unmarked);
     return 0;
 }
