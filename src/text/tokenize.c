@@ -663,27 +663,16 @@ static int is_word(const ac_token *tk)
 }
 
 /* Rewrites the words in a negator's reach to point at "not_" + word in
- * t->negated. 0, or -1 on allocation failure. */
-static int mark_negation(ac_tokenizer *t, int64_t count)
+ * t->negated, reserved once for the worst case (every token rewritten: the
+ * normalised text plus a prefix per token). 0, or -1 on allocation failure. */
+static int mark_negation(ac_tokenizer *t, int64_t count, size_t norm_len)
 {
-    ac_token *toks = t->tokens;
-    size_t need = 0;
-    int in_reach = 0;
-    for (int64_t i = 0; i < count; i++) {
-        if (is_word(&toks[i])) {
-            if (in_reach)
-                need += NEGATION_PREFIX_LEN + toks[i].len;
-            in_reach |= is_negator(toks, i);
-        } else if (ends_negation(&toks[i])) {
-            in_reach = 0;
-        }
-    }
-    if (need == 0)
-        return 0;
-    if (ac_grow((void **)&t->negated, &t->negated_cap, need, 1))
+    if (ac_grow((void **)&t->negated, &t->negated_cap,
+                norm_len + (size_t)count * NEGATION_PREFIX_LEN + 1, 1))
         return -1;
+    ac_token *toks = t->tokens;
     size_t o = 0;
-    in_reach = 0;
+    int in_reach = 0;
     for (int64_t i = 0; i < count; i++) {
         if (is_word(&toks[i])) {
             /* the test reads the token before it is rewritten; the tokens
@@ -776,7 +765,7 @@ int64_t ac_tokenize(ac_tokenizer *t, const char *text, size_t len, const ac_toke
     if (rc)
         return -1;
     int64_t count = split_tokens(t, norm_len);
-    if (count < 0 || (t->cfg.mark_negation && mark_negation(t, count)))
+    if (count < 0 || (t->cfg.mark_negation && mark_negation(t, count, norm_len)))
         return -1;
     *tokens = t->tokens;
     return count;
