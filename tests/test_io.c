@@ -1128,7 +1128,7 @@ START_TEST(test_config_of_version_0_1_loads)
     ck_assert_int_eq(d.model.ngram_buckets, 0);
     ck_assert_int_eq(d.model.wide_order, 0);
     ck_assert_int_eq(d.model.wide_buckets, 0);
-    ck_assert(d.model.wide_norm == 0.0f); /* a model of before session 23: the plain sum */
+    ck_assert(d.model.wide_norm == 0.0f); /* a model without the key: the plain sum */
     ck_assert(d.model.temperature == 1.0f);
     ck_assert(d.training.crop_frac == 0.0);
     ck_assert(d.training.label_smoothing == 0.0f);

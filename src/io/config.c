@@ -34,7 +34,7 @@ void ac_config_defaults(ac_config *c)
         .dropout = 0.3f,
         .ln_eps = 1e-6f,
         .positions = AC_POS_LEARNED,
-        .ngram_order = 1, /* the wide path carries the n-grams (session 27) */
+        .ngram_order = 1, /* the wide path carries the n-grams */
         .ngram_buckets = 262144, /* the table's rows once --ngrams is 2 or 3 */
         .wide_order = 3,
         .wide_buckets = 4194304,
