@@ -57,8 +57,9 @@ PLUGIN := $(BUILD)/attnctl-mpi.so
 TEST_SRCS := $(sort $(wildcard tests/test_*.c))
 TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 DEPS_STAMP := $(BUILD)/.deps-ok
+BUILD_DEPS_STAMP := $(BUILD)/.build-deps-ok
 
-.PHONY: all deps deps-clang check asan clang bench demo install uninstall clean fuzz
+.PHONY: all deps deps-clang check asan clang bench demo demo-full install uninstall clean fuzz
 .DEFAULT_GOAL := all
 
 all: attnctl
@@ -78,7 +79,13 @@ define install_missing
 	fi
 endef
 
-$(DEPS_STAMP):
+# Building (and so `make demo`) needs the build and MPI packages only; the
+# tests need the rest too (valgrind, chromium, ...).
+$(BUILD_DEPS_STAMP):
+	$(call install_missing,$(DEB_BUILD_PKGS) $(DEB_MPI_PKGS))
+	@mkdir -p $(BUILD) && touch $@
+
+$(DEPS_STAMP): | $(BUILD_DEPS_STAMP)
 	$(call install_missing,$(DEB_CHECK_PKGS))
 	@mkdir -p $(BUILD) && touch $@
 
@@ -88,7 +95,7 @@ deps-clang: $(DEPS_STAMP)
 	$(call install_missing,$(DEB_CLANG_PKGS))
 
 # ---- build -----------------------------------------------------------------
-$(BUILD)/%.o: %.c | $(DEPS_STAMP)
+$(BUILD)/%.o: %.c | $(BUILD_DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
 
@@ -100,7 +107,7 @@ $(BIN): $(CLI_OBJS) $(LIB)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(CLI_OBJS) $(LIB) $(BIN_LDLIBS)
 
 # No sanitizer in the plugin: it is loaded into a sanitized attnctl as a plain library.
-$(BUILD)/attnctl-mpi.so: src/mpi/comm_mpi.c include/attnctl/comm.h | $(DEPS_STAMP)
+$(BUILD)/attnctl-mpi.so: src/mpi/comm_mpi.c include/attnctl/comm.h | $(BUILD_DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	@if command -v $(MPICC) >/dev/null 2>&1; then \
 	  echo "OMPI_CC=$(CC) $(MPICC) $(CPPFLAGS) -std=c11 $(WARN) -O2 -g -fPIC -shared -o $@ $<"; \
@@ -121,7 +128,7 @@ $(BUILD)/tests/%: tests/%.c $(LIB) | $(DEPS_STAMP)
 # After the suites, `make check` fuzzes every parser a little and runs the
 # end-to-end flow under valgrind; `make asan` and `make clang` run the suites only.
 CHECK_EXTRAS ?= fuzz-check valgrind-check
-check: $(TEST_BINS) $(BIN) $(PLUGIN)
+check: $(TEST_BINS) $(BIN) $(PLUGIN) | $(DEPS_STAMP)
 	@ATTNCTL=$(abspath $(BIN)) BUILD=$(BUILD) sh tests/run.sh $(TEST_BINS)
 	@MPI_TIMED=$(if $(filter 1,$(SAN)),0,1) sh tests/mpi_check.sh $(abspath $(BIN))
 	@for t in $(CHECK_EXTRAS); do $(MAKE) --no-print-directory $$t || exit 1; done
@@ -198,6 +205,9 @@ bench: $(BIN)
 
 demo: $(BIN)
 	@sh data/demo.sh $(BIN)
+
+demo-full: $(BIN)
+	@sh data/demo.sh --full $(BIN)
 
 install: $(BIN) $(PLUGIN)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1
