@@ -970,7 +970,7 @@ static void read_start_environment(pid_t pid, char *buf, size_t cap)
     buf[n] = '\0';
 }
 
-/* Issue 14: a cold `predict` no longer re-executes itself to put its
+/* A cold `predict` does not re-execute itself to put its
  * libraries' variables in place (10 ms of 30); OpenBLAS is loaded with
  * dlopen once OPENBLAS_CORETYPE and OPENBLAS_NUM_THREADS are set. Checked
  * from outside: predict answers with the environment it was started with
