@@ -12,7 +12,7 @@ DEB_BUILD_PKGS := gcc make pkg-config libcjson-dev libcsv-dev check libsubunit-d
 # Open MPI: data-parallel training (mpirun -np N attnctl train). Optional: a
 # machine without mpicc builds attnctl without the MPI plugin.
 DEB_MPI_PKGS   := libopenmpi-dev openmpi-bin
-DEB_CHECK_PKGS := $(DEB_BUILD_PKGS) $(DEB_MPI_PKGS) python3 valgrind groff-base chromium
+DEB_CHECK_PKGS := $(DEB_BUILD_PKGS) $(DEB_MPI_PKGS) python3 python3-numpy valgrind groff-base chromium
 DEB_CLANG_PKGS := clang libomp-dev libclang-rt-14-dev libfuzzer-14-dev
 
 WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wno-psabi

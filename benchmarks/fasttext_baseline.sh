@@ -17,8 +17,8 @@
 #     benchmarks/make_spans.py --seed 1 --min 5 --max 40, labelled with its review's label),
 #   - data/short_reviews.csv (240 short reviews written for the project, out of domain),
 #   - data/short_dev.csv (300 more such reviews, the set recipes for short input are chosen on),
-#   - data/short_dev2.csv (600 more, a second development set written in session 26),
-#   - data/short_test.csv (600 more, written in session 24 and never used to choose anything),
+#   - data/short_dev2.csv (600 more, a second development set),
+#   - data/short_test.csv (600 more, written after every recipe choice and never used to choose anything),
 # plus the training time and the wall time of the whole script, and appends one JSON
 # line to benchmarks/runs.jsonl (RUNS=/dev/null to skip that; NOTE=text is stored with it).
 # With 2 threads fastText is not bitwise reproducible even with -seed; expect a few

@@ -18,8 +18,8 @@
 # 5-40 words of every test review, benchmarks/make_spans.py --seed 1, labelled with its
 # review's label), on data/short_reviews.csv (240 short out-of-domain reviews, for reporting),
 # on data/short_dev.csv (300 more, the set to choose short-input recipes on), on
-# data/short_dev2.csv (600 more, a second development set, session 26) and on
-# data/short_test.csv (600 more, session 24's held-out report, never chosen on).
+# data/short_dev2.csv (600 more, a second development set) and on
+# data/short_test.csv (600 more, a held-out report, never chosen on).
 # Prints the CPU, config, training time, validation and test accuracy, ECE and Brier
 # score (n/a when eval does not report them), and the accuracy and share called positive
 # on the spans and the short reviews; appends the same figures as one JSON line to RUNS.

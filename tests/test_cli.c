@@ -970,7 +970,7 @@ static void read_start_environment(pid_t pid, char *buf, size_t cap)
     buf[n] = '\0';
 }
 
-/* Issue 14: a cold `predict` no longer re-executes itself to put its
+/* A cold `predict` does not re-execute itself to put its
  * libraries' variables in place (10 ms of 30); OpenBLAS is loaded with
  * dlopen once OPENBLAS_CORETYPE and OPENBLAS_NUM_THREADS are set. Checked
  * from outside: predict answers with the environment it was started with
@@ -1108,6 +1108,34 @@ static int train_fixture(void)
     return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
 }
 
+/* tests/format_reader.py, a reader written from docs/formats.md alone (Python +
+ * numpy), computes from config.json and model.safetensors the probabilities
+ * attnctl prints (inspect --format json, predict --json), given the ids inspect
+ * prints, for a tiny model of every preset in models/; it also shows that a
+ * wrong wide-path hash or no wide path would be caught. */
+START_TEST(test_format_reader_matches_every_preset)
+{
+    static const char *const candidates[] = {"/usr/bin/python3", "python3"};
+    const char *py = NULL;
+    for (size_t i = 0; !py && i < sizeof candidates / sizeof candidates[0]; i++) {
+        char cmd[256];
+        snprintf(cmd, sizeof cmd, "%s -c 'import numpy' >/dev/null 2>&1", candidates[i]);
+        if (system(cmd) == 0)
+            py = candidates[i];
+    }
+    if (!py) {
+        printf("SKIP test_format_reader_matches_every_preset: no python3 with numpy\n");
+        return;
+    }
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s tests/format_reader.py --check '%s'", py, attnctl_path());
+    int status = system(cmd);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "docs/formats.md's reader disagrees with attnctl (exit %d): %s",
+                  WIFEXITED(status) ? WEXITSTATUS(status) : -1, cmd);
+}
+END_TEST
+
 /* Runs first (tests of a TCase run in order); later tests use its model. */
 START_TEST(test_train_fixture)
 {
@@ -1130,6 +1158,7 @@ int main(void)
     tcase_add_test(tc, test_missing_model);
     tcase_add_test(tc, test_bench_json);
     tcase_add_test(tc, test_bench_text_only);
+    tcase_add_test(tc, test_format_reader_matches_every_preset);
     tcase_add_test(tc, test_train_fixture);
     {
         tcase_add_test(tc, test_eval_table);

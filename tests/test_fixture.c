@@ -3,7 +3,7 @@
  * PyTorch model built from the specification (float64 arithmetic on float32
  * weights). This suite loads the weights and inputs, runs the C model and
  * compares logits, loss, every parameter gradient and the losses of 5 AdamW
- * steps. Tolerances (issue 2): logits and loss within 1e-5 absolute, each
+ * steps. Tolerances: logits and loss within 1e-5 absolute, each
  * gradient tensor within 1e-4 of its largest magnitude, 5-step losses within
  * 1e-4. The largest differences are printed. Run from the repository root.
  *
@@ -530,7 +530,7 @@ START_TEST(test_fixture_detects_a_wrong_weight)
 }
 END_TEST
 
-/* ----------------------------------------------- interoperability (issue 4) */
+/* --------------------------------------------------------- interoperability */
 
 /* A python3 that has PyTorch, or NULL. */
 static const char *python_with_torch(void)

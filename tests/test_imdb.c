@@ -2,7 +2,7 @@
  * is absent): a small model trained with the default recipe on the first
  * 4,000 training reviews must not collapse on short inputs.
  *
- * The collapse it guards against (issue 12): with the course's fixed
+ * The collapse it guards against: with the course's fixed
  * sinusoidal positions and whole reviews only, a model calls almost every
  * short text positive. The same run as below with `--crop 0 --positions
  * sinusoidal` gave 95.8 % of the validation spans one class (span accuracy

@@ -824,7 +824,7 @@ START_TEST(test_config_presets)
     ck_assert_int_eq(c.tokenizer.truncation, AC_TRUNC_HEAD);
     ck_assert_int_eq(c.tokenizer.mark_negation, 0); /* the course's words, as they are */
     ck_assert(c.model.dropout == 0.1f);
-    /* the preset's training section, tuned on IMDB validation (README) */
+    /* the preset's training section, tuned on IMDB validation (docs/recipe.md) */
     ck_assert_int_eq(c.training.epochs, 10);
     ck_assert(c.training.optim.lr == 0.003f);
     ck_assert_int_eq(c.training.batch_size, 32); /* absent: kept */

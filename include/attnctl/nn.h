@@ -52,7 +52,9 @@ void ngram_backward(float *dtable, const float *dout, const int32_t *buckets,
  * For n = 1..order, every n-gram ids[t..t+n-1] lying inside the text has the
  * bucket
  *   h = n; for each id in the n-gram: h = h * 116049371 + id + 1  (uint64, wrapping)
- *   h ^= h >> 33; h *= 0xff51afd7ed558ccd; h ^= h >> 33; bucket = h mod n_buckets.
+ *   h ^= h >> 33; h *= 0xff51afd7ed558ccd; h ^= h >> 33; bucket = h mod n_buckets
+ * (the first half of MurmurHash3's fmix64: AC_WIDE_HASH's "fmix64" names only
+ * that half; the string is an identifier models carry, so it stays as it is).
  * A text's feature set is its distinct buckets (a repeated phrase counts
  * once), and logits[c] += scale * sum over that set of table[bucket, c], with
  * scale = (AC_WIDE_NORM_REF / max(n, AC_WIDE_NORM_FLOOR))^norm for a text of n

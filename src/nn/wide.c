@@ -43,7 +43,9 @@ uint32_t wide_bucket(const int32_t *gram, int n, int n_buckets)
     for (int k = 0; k < n; k++)
         h = h * 116049371ULL + (uint64_t)gram[k] + 1u;
     /* The n-gram length and the id sums alone would leave nearby ids in
-     * nearby buckets: mix the bits (MurmurHash3's finaliser). */
+     * nearby buckets: mix the bits with the first half of MurmurHash3's
+     * fmix64 (one multiply, two shifts; not the whole finaliser). Models
+     * depend on these exact buckets (docs/formats.md). */
     h ^= h >> 33;
     h *= 0xff51afd7ed558ccdULL;
     h ^= h >> 33;
