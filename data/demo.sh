@@ -85,10 +85,13 @@ if [ "$out" = models/sample ]; then
     cut -f2 "$showcase" | "$bin" predict --model "$out"
 else
     cut -f2 "$showcase" | "$bin" predict --model "$out" | paste - "$showcase" |
-        awk -F '\t' '{ ok = ($1 == $3) ? "right" : "WRONG"; n += ($1 == $3)
-                       text = length($4) > 70 ? substr($4, 1, 67) "..." : $4
-                       printf "  %-8s %.2f  (%-5s)  %s\n", $1, $2, ok, text }
-                     END { printf "demo: %d of %d as a reader would say\n", n, NR }'
+        awk -F '\t' '{ n += ($1 == $3)
+                       text = length($4) > 66 ? substr($4, 1, 63) "..." : $4
+                       note = ($1 == $3) ? "" : "   (a reader: " $3 ")"
+                       printf "  %-8s %.2f  %-4s  %s%s\n", $1, $2, ($1 == $3) ? "ok" : "MISS", text, note }
+                     END { printf "demo: %d of %d as a reader would say", n, NR
+                           if (n < NR) printf " (README.md, \"What the demo shows\", says why)"
+                           printf "\n" }'
 fi
 echo
 echo "demo: attention of one review"
