@@ -45,7 +45,7 @@ static char *ema_path(const trainer *t, long step, ac_err *err)
 {
     char name[64];
     snprintf(name, sizeof name, "ema-%ld.safetensors", step);
-    return trainer_path_join(t->ckpt_dir, name, err);
+    return ac_path_join(t->ckpt_dir, name, err);
 }
 
 /* The step up to which each table row's average is current, stored as two
@@ -139,7 +139,7 @@ static void remove_ema_files(const trainer *t, const char *keep_name)
         size_t len = strlen(n);
         if (strncmp(n, "ema-", 4) == 0 && len > 16 &&
             strcmp(n + len - 12, ".safetensors") == 0 && (!keep_name || strcmp(n, keep_name) != 0)) {
-            char *p = trainer_path_join(t->ckpt_dir, n, NULL);
+            char *p = ac_path_join(t->ckpt_dir, n, NULL);
             if (p)
                 unlink(p);
             free(p);
@@ -166,7 +166,7 @@ void trainer_drop_finished_state(const trainer *t)
         return;
     static const char *const names[] = {"model.safetensors", "optimizer.safetensors"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        char *p = trainer_path_join(t->ckpt_dir, names[i], NULL);
+        char *p = ac_path_join(t->ckpt_dir, names[i], NULL);
         if (p)
             unlink(p);
         free(p);
@@ -243,7 +243,7 @@ int trainer_recover_checkpoint(trainer *t, ac_err *err)
 {
     int failed = 0;
     if (t->writer) {
-        char *dir = trainer_path_join(t->opt->out_dir, AC_CHECKPOINT_SUBDIR, err);
+        char *dir = ac_path_join(t->opt->out_dir, AC_CHECKPOINT_SUBDIR, err);
         int completed;
         failed = !dir || ac_checkpoint_recover(dir, &completed, err) != 0;
         if (dir && failed)

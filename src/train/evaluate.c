@@ -255,7 +255,7 @@ int trainer_evaluate_and_save(trainer *t, session_stats *s, ac_train_result *res
         return 0;
     }
     st->eval_pending = 0;
-    p.elapsed_s = t->elapsed_base + (trainer_now_s() - s->t0);
+    p.elapsed_s = t->elapsed_base + (ac_now_s() - s->t0);
     int improved;
     if (t->n_val > 0) {
         improved = p.val_accuracy > st->best_metric;
@@ -344,7 +344,7 @@ int trainer_evaluate_soup(trainer *t, session_stats *s, ac_train_result *res, ac
         rc = keep_best_member_if_mean_fails(t, &p, err);
     if (rc != 0) /* an error, or abandoned: a resumed run averages again */
         return rc;
-    p.elapsed_s = t->elapsed_base + (trainer_now_s() - s->t0);
+    p.elapsed_s = t->elapsed_base + (ac_now_s() - s->t0);
     /* The run is over; its figures are the average's. */
     st->member = t->cfg.training.members;
     st->best_metric = t->n_val > 0 ? p.val_accuracy : -1.0;

@@ -258,7 +258,7 @@ static int setup_fresh(trainer *t, ac_err *err)
         if (pretrain_provenance(t, err))
             return -1;
     } else if (o->train_path) {
-        if (trainer_copy_string(pv->train_file, sizeof pv->train_file, o->train_path,
+        if (ac_copy_string(pv->train_file, sizeof pv->train_file, o->train_path,
                                 "training file path", err))
             return -1;
         if (ac_sha256_file(o->train_path, pv->train_sha256, err))
@@ -274,7 +274,7 @@ static int setup_fresh(trainer *t, ac_err *err)
 static int setup_resume(trainer *t, ac_err *err)
 {
     const ac_train_options *o = t->opt;
-    char *state_path = trainer_path_join(t->ckpt_dir, "trainer_state.json", err);
+    char *state_path = ac_path_join(t->ckpt_dir, "trainer_state.json", err);
     if (!state_path)
         return -1;
     int missing = access(state_path, F_OK) != 0;
@@ -412,10 +412,10 @@ int trainer_setup(trainer *t, ac_err *err)
         if (!classes_match(o->val, o->train->classes, o->train->n_classes))
             return ac_err_set(err, "the validation data's classes differ from the training data's");
     }
-    if (!(t->ckpt_dir = trainer_path_join(o->out_dir, AC_CHECKPOINT_SUBDIR, err)) ||
-        !(t->metrics_path = trainer_path_join(o->out_dir, AC_METRICS_FILE, err)) ||
-        !(t->svg_path = trainer_path_join(o->out_dir, AC_CURVES_FILE, err)) ||
-        !(t->calibration_path = trainer_path_join(o->out_dir, AC_CALIBRATION_FILE, err)))
+    if (!(t->ckpt_dir = ac_path_join(o->out_dir, AC_CHECKPOINT_SUBDIR, err)) ||
+        !(t->metrics_path = ac_path_join(o->out_dir, AC_METRICS_FILE, err)) ||
+        !(t->svg_path = ac_path_join(o->out_dir, AC_CURVES_FILE, err)) ||
+        !(t->calibration_path = ac_path_join(o->out_dir, AC_CALIBRATION_FILE, err)))
         return -1;
     if (t->writer && ac_mkdir_p(o->out_dir, err))
         return -1;
@@ -519,7 +519,7 @@ int trainer_setup(trainer *t, ac_err *err)
             t->elapsed_base = t->points[t->n_points - 1].elapsed_s;
         if (trainer_write_metrics_and_curves(t, err))
             return -1;
-        char *model_path = trainer_path_join(o->out_dir, "model.safetensors", err);
+        char *model_path = ac_path_join(o->out_dir, "model.safetensors", err);
         if (!model_path)
             return -1;
         t->model_saved = access(model_path, F_OK) == 0;

@@ -52,7 +52,7 @@ int trainer_write_sources(const trainer *t, ac_err *err)
     char *text = cJSON_Print(root);
     if (!text)
         goto oom;
-    char *path = trainer_path_join(t->ckpt_dir, AC_RUN_FILE, err);
+    char *path = ac_path_join(t->ckpt_dir, AC_RUN_FILE, err);
     if (path) {
         size_t len = strlen(text);
         text[len] = '\n'; /* replaces the NUL; written with its length */
@@ -79,7 +79,7 @@ static int json_string_field(const cJSON *root, const char *key, char *dst, size
         return ac_err_set(err, "%s: %s: must be a string", path, key);
     char what[256];
     snprintf(what, sizeof what, "%s: %s", path, key);
-    return trainer_copy_string(dst, cap, item->valuestring, what, err);
+    return ac_copy_string(dst, cap, item->valuestring, what, err);
 }
 
 /* run.json's "self_training" object, when the run had teachers. */

@@ -143,7 +143,7 @@ int trainer_step(trainer *t, session_stats *s, ac_err *err)
 {
     ac_model *m = &t->model;
     ac_batch *b = &t->batch;
-    double t_start = trainer_now_s();
+    double t_start = ac_now_s();
     const int64_t batch = t->state.batch_in_epoch;
     const int rows = ac_batch_plan_rows(&t->plan, batch);
     const int n_micro = (rows + t->micro_batch - 1) / t->micro_batch;
@@ -217,7 +217,7 @@ int trainer_step(trainer *t, session_stats *s, ac_err *err)
     t->state.train_loss_count++;
 
     long tokens = (long)ac_batch_plan_tokens(&t->plan, &t->train_corpus, batch);
-    double dt = trainer_now_s() - t_start;
+    double dt = ac_now_s() - t_start;
     s->train_time += dt;
     s->time_since_eval += dt;
     s->steps++;

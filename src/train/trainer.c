@@ -10,39 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "trainer_internal.h"
 
 /* ------------------------------------------------------------------ helpers */
-
-double trainer_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-char *trainer_path_join(const char *dir, const char *name, ac_err *err)
-{
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = malloc(n);
-    if (!p) {
-        ac_err_set(err, "out of memory");
-        return NULL;
-    }
-    snprintf(p, n, "%s/%s", dir, name);
-    return p;
-}
-
-int trainer_copy_string(char *dst, size_t cap, const char *src, const char *what, ac_err *err)
-{
-    size_t n = strlen(src);
-    if (n >= cap)
-        return ac_err_set(err, "%s is too long (%zu bytes, at most %zu)", what, n, cap - 1);
-    memcpy(dst, src, n + 1);
-    return 0;
-}
 
 void trainer_rank_share(const trainer *t, int64_t n, int64_t *begin, int64_t *end)
 {
@@ -92,7 +63,7 @@ void trainer_fill_progress(const trainer *t, const session_stats *s, ac_train_ev
                            ac_train_progress *p)
 {
     memset(p, 0, sizeof *p);
-    double now = trainer_now_s();
+    double now = ac_now_s();
     p->kind = kind;
     p->objective = t->cfg.model.objective;
     p->epochs = t->cfg.training.epochs;
@@ -222,7 +193,7 @@ static int run(trainer *t, ac_train_result *res, ac_err *err)
 {
     const ac_train_options *o = t->opt;
     const ac_train_config *tc = &t->cfg.training;
-    session_stats s = {.t0 = trainer_now_s(), .last_loss = NAN, .last_lr = NAN};
+    session_stats s = {.t0 = ac_now_s(), .last_loss = NAN, .last_lr = NAN};
     ac_train_progress ev;
     trainer_fill_progress(t, &s, AC_TRAIN_EVENT_BEGIN, &ev);
     trainer_report(t, &ev);

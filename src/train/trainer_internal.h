@@ -16,6 +16,7 @@
 #include "attnctl/optim.h"
 #include "attnctl/text.h"
 #include "attnctl/train.h"
+#include "attnctl/util.h"
 #include "curves.h"
 #include "ema.h"
 
@@ -111,12 +112,6 @@ typedef struct {
 } session_stats;
 
 /* ---- trainer.c: the loop, and the helpers its parts and the objectives share ---- */
-/* Seconds on the monotonic clock. */
-double trainer_now_s(void);
-/* "dir/name" in new memory, or NULL (err set). */
-char *trainer_path_join(const char *dir, const char *name, ac_err *err);
-/* Copies src into dst[cap], or an error naming what when it does not fit. */
-int trainer_copy_string(char *dst, size_t cap, const char *src, const char *what, ac_err *err);
 /* The error for a NaN or infinite figure at step, saying which checkpoint is intact. */
 int trainer_non_finite_error(const trainer *t, long step, const char *what, double v, ac_err *err);
 /* This rank's share [*begin, *end) of n items (contiguous blocks in order). */
