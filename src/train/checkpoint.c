@@ -250,13 +250,8 @@ int trainer_recover_checkpoint(trainer *t, ac_err *err)
             ac_err_prefix(err, "resume");
         free(dir);
     }
-    if (!t->comm)
-        return failed ? -1 : 0;
-    double any = failed;
-    ac_err local;
-    if (t->comm->sum_doubles(t->comm, &any, 1, failed ? &local : err))
-        return -1;
-    if (any > 0 && !failed)
-        return ac_err_set(err, "another process failed to start training (its message is above)");
-    return failed ? -1 : 0;
+    trainer_agreement agreed;
+    return trainer_agree(t, failed, 0, NULL, 0,
+                         "another process failed to start training (its message is above)",
+                         &agreed, err);
 }

@@ -62,9 +62,11 @@ static int evaluate(trainer *t, const ac_batch_plan *plan, float *logits, double
             break;
     }
     m->cfg.temperature = t->cfg.model.temperature;
-    int agreed = trainer_agree_abandon(t, abandoned, err);
-    if (agreed != 0)
-        return agreed < 0 ? -1 : TRAINER_EVAL_ABANDONED;
+    trainer_agreement agreed;
+    if (trainer_agree(t, 0, abandoned, NULL, 0, NULL, &agreed, err))
+        return -1;
+    if (agreed.stopped)
+        return TRAINER_EVAL_ABANDONED;
     if (share_logits(t, plan, logits, err) || trainer_share_eval_slots(t, (size_t)plan->n_batches,
                                                                        err))
         return -1;

@@ -129,9 +129,11 @@ int pretrain_evaluate(trainer *t, double *loss, double *accuracy, ac_err *err)
         if (!isfinite(l) && !t->comm)
             break;
     }
-    int agreed = trainer_agree_abandon(t, abandoned, err);
-    if (agreed != 0)
-        return agreed < 0 ? -1 : TRAINER_EVAL_ABANDONED;
+    trainer_agreement agreed;
+    if (trainer_agree(t, 0, abandoned, NULL, 0, NULL, &agreed, err))
+        return -1;
+    if (agreed.stopped)
+        return TRAINER_EVAL_ABANDONED;
     if (trainer_share_eval_slots(t, 3 * (size_t)n_batches, err))
         return -1;
     /* In batch order, whichever rank computed a batch. */

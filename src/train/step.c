@@ -3,6 +3,7 @@
  * the clip, the AdamW update and the weight average. Apart from the loop
  * because it is the hot path and the one place gradients are combined. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "attnctl/rng.h"
@@ -93,21 +94,6 @@ static int micro_batch_gradient(trainer *t, int64_t batch, int rows, int n_micro
     return 0;
 }
 
-/* Some rank failed: all stop with an error, and one message is printed
- * (the CLI keeps quiet when peer_failed): rank 0's when it failed, else the
- * failing rank's, with rank 0 pointing at it. Returns -1. */
-static int agree_on_failure(trainer *t, int failed_here, int rank0_failed, ac_err *err)
-{
-    t->failure_shared = 1;
-    if (failed_here) {
-        t->peer_failed = t->comm->rank != 0 && rank0_failed;
-        return -1; /* err holds this rank's message */
-    }
-    t->peer_failed = t->comm->rank != 0;
-    return ac_err_set(err, "step %ld: another process failed (its message is above)",
-                      trainer_global_step(t) + 1);
-}
-
 /* Every rank's touched rows become each rank's (an OR of the bit sets). */
 static int merge_touched_rows(ac_gradsum *g, ac_comm *c, ac_err *err)
 {
@@ -162,17 +148,15 @@ int trainer_step(trainer *t, session_stats *s, ac_err *err)
     } else {
         rc = micro_batch_gradient(t, batch, rows, n_micro, &failed_here, &abandoned_here, err);
     }
+    /* Every rank learns the losses, whether one failed and whether one was
+     * asked to stop, so that all take the same path. */
     if (t->comm) {
-        /* Every rank learns the losses, whether one failed and whether one
-         * was asked to stop, so that all take the same path. */
-        t->step_slots[n_micro] = failed_here;
-        t->step_slots[n_micro + 1] = t->opt->stop && *t->opt->stop ? 1.0 : 0.0;
-        t->step_slots[n_micro + 2] = failed_here && t->comm->rank == 0;
-        if (t->comm->sum_doubles(t->comm, t->step_slots, (size_t)n_micro + 3, err))
-            return -1;
-        t->stop_agreed = t->step_slots[n_micro + 1] > 0;
-        if (t->step_slots[n_micro] > 0 && agree_on_failure(t, failed_here,
-                                                           t->step_slots[n_micro + 2] > 0, err))
+        char peer_msg[96];
+        snprintf(peer_msg, sizeof peer_msg, "step %ld: another process failed (its message is above)",
+                 trainer_global_step(t) + 1);
+        trainer_agreement agreed;
+        if (trainer_agree(t, failed_here, trainer_stop_requested(t), t->step_slots,
+                          (size_t)n_micro, peer_msg, &agreed, err))
             return -1;
     }
     if (rc)

@@ -15,37 +15,6 @@
 
 /* ------------------------------------------------------------------ helpers */
 
-void trainer_rank_share(const trainer *t, int64_t n, int64_t *begin, int64_t *end)
-{
-    const int64_t ranks = t->comm ? t->comm->size : 1, rank = t->comm ? t->comm->rank : 0;
-    *begin = n * rank / ranks;
-    *end = n * (rank + 1) / ranks;
-}
-
-int trainer_stop_requested(const trainer *t)
-{
-    return t->opt->stop && *t->opt->stop;
-}
-
-int trainer_agree_abandon(trainer *t, int abandoned_here, ac_err *err)
-{
-    if (!t->comm)
-        return abandoned_here != 0;
-    double flag = abandoned_here != 0;
-    if (t->comm->sum_doubles(t->comm, &flag, 1, err))
-        return -1;
-    if (flag > 0)
-        t->stop_agreed = 1;
-    return flag > 0;
-}
-
-int trainer_share_eval_slots(trainer *t, size_t n, ac_err *err)
-{
-    if (!t->comm)
-        return 0;
-    return t->comm->sum_doubles(t->comm, t->eval_slots, n, err);
-}
-
 int trainer_non_finite_error(const trainer *t, long step, const char *what, double v, ac_err *err)
 {
     char where[160];
@@ -112,28 +81,6 @@ void trainer_report(const trainer *t, const ac_train_progress *p)
 
 /* --------------------------------------------------------------- the loop */
 
-/* Whether every rank's setup worked (a missing file or too little memory
- * may hit one machine only). */
-static int agree_on_setup(trainer *t, int failed_here, ac_err *err)
-{
-    double flags[2] = {failed_here, failed_here && t->comm->rank == 0};
-    ac_err local;
-    if (t->comm->sum_doubles(t->comm, flags, 2, &local)) {
-        if (!failed_here)
-            *err = local;
-        return -1;
-    }
-    if (flags[0] == 0)
-        return 0;
-    t->failure_shared = 1;
-    if (failed_here) {
-        t->peer_failed = t->comm->rank != 0 && flags[1] > 0;
-        return -1;
-    }
-    t->peer_failed = t->comm->rank != 0;
-    return ac_err_set(err, "another process failed to start training (its message is above)");
-}
-
 /* Stops at this step: a checkpoint unless the one on disk is of it. */
 static int interrupted(trainer *t, ac_train_result *res, ac_err *err)
 {
@@ -165,26 +112,13 @@ int ac_train_state_ended(const ac_train_config *tc, const ac_trainer_state *st)
  * the sum below waits until it has, and tells all whether any failed. */
 static int average_members(trainer *t, session_stats *s, ac_train_result *res, ac_err *err)
 {
-    int failed = 0;
-    if (t->comm) {
-        double flag = 0;
-        if (t->comm->sum_doubles(t->comm, &flag, 1, err))
-            return -1;
-    }
-    failed = trainer_average_members(t, err) != 0;
-    if (t->comm) {
-        double flags = failed;
-        ac_err local;
-        if (t->comm->sum_doubles(t->comm, &flags, 1, failed ? &local : err))
-            return -1;
-        if (flags > 0 && !failed) {
-            t->failure_shared = 1;
-            return ac_err_set(err, "another process failed to average the members (its message "
-                                   "is above)");
-        }
-        t->failure_shared = flags > 0;
-    }
-    if (failed)
+    trainer_agreement agreed;
+    if (trainer_agree(t, 0, 0, NULL, 0, NULL, &agreed, err))
+        return -1;
+    int failed = trainer_average_members(t, err) != 0;
+    if (trainer_agree(t, failed, 0, NULL, 0,
+                      "another process failed to average the members (its message is above)",
+                      &agreed, err))
         return -1;
     return trainer_evaluate_soup(t, s, res, err);
 }
@@ -295,7 +229,12 @@ int ac_train(const ac_train_options *opt, ac_train_result *result, ac_err *err)
     int rc = opt->resume && opt->out_dir ? trainer_recover_checkpoint(&t, err) : 0;
     if (rc == 0)
         rc = trainer_setup(&t, err);
-    if (t.comm && agree_on_setup(&t, rc != 0, err))
+    /* Whether every rank's setup worked (a missing file or too little
+     * memory may hit one machine only). */
+    trainer_agreement agreed;
+    if (trainer_agree(&t, rc != 0, 0, NULL, 0,
+                      "another process failed to start training (its message is above)",
+                      &agreed, err))
         rc = -1;
     if (rc == 0) {
         long start_step = res->step = trainer_global_step(&t);

@@ -114,17 +114,6 @@ typedef struct {
 /* ---- trainer.c: the loop, and the helpers its parts and the objectives share ---- */
 /* The error for a NaN or infinite figure at step, saying which checkpoint is intact. */
 int trainer_non_finite_error(const trainer *t, long step, const char *what, double v, ac_err *err);
-/* This rank's share [*begin, *end) of n items (contiguous blocks in order). */
-void trainer_rank_share(const trainer *t, int64_t n, int64_t *begin, int64_t *end);
-/* Every rank gets the per-batch figures of an evaluation (eval_slots, each
- * batch's filled by one rank, zeros elsewhere). */
-int trainer_share_eval_slots(trainer *t, size_t n, ac_err *err);
-/* Whether this process was asked to stop (a signal). */
-int trainer_stop_requested(const trainer *t);
-/* After an evaluation pass that stopped early on this process when asked to
- * stop (abandoned_here): 1 when any process did (they all agree, and all
- * stop), 0 when none did, -1 on a communication error. */
-int trainer_agree_abandon(trainer *t, int abandoned_here, ac_err *err);
 /* What an evaluation pass returns when it was abandoned. */
 #define TRAINER_EVAL_ABANDONED 1
 /* The progress event of the given kind as things stand. */
@@ -132,6 +121,31 @@ void trainer_fill_progress(const trainer *t, const session_stats *s, ac_train_ev
                            ac_train_progress *p);
 /* Passes an event to the caller's progress callback, if any. */
 void trainer_report(const trainer *t, const ac_train_progress *p);
+
+/* ---- processes.c: the ranks of a data-parallel run ---- */
+/* This rank's share [*begin, *end) of n items (contiguous blocks in order). */
+void trainer_rank_share(const trainer *t, int64_t n, int64_t *begin, int64_t *end);
+/* Whether this process was asked to stop (a signal). */
+int trainer_stop_requested(const trainer *t);
+/* Every rank gets the per-batch figures of an evaluation (eval_slots, each
+ * batch's filled by one rank, zeros elsewhere). */
+int trainer_share_eval_slots(trainer *t, size_t n, ac_err *err);
+/* What the processes agreed on. */
+typedef struct {
+    int failed;       /* some process failed */
+    int stopped;      /* some process was asked to stop (also t->stop_agreed) */
+    int rank0_failed; /* rank 0 failed */
+} trainer_agreement;
+/* The one place processes agree (collective: every rank calls it at the
+ * same point): whether any failed (failed_here: this one did, its message in
+ * err) or was asked to stop (stop_here), summing slots[0..n) on the way
+ * (each slot filled by one rank; room for 3 more after n; slots NULL: none).
+ * A failure anywhere is every rank's: marked shared, and one message is
+ * printed, rank 0's when it failed, else the failing rank's with rank 0's
+ * peer_msg ("another process failed ..."). Returns -1 when any process
+ * failed or the communication did, else 0. One process: -1 when failed_here. */
+int trainer_agree(trainer *t, int failed_here, int stop_here, double *slots, size_t n,
+                  const char *peer_msg, trainer_agreement *a, ac_err *err);
 
 /* ---- setup.c: the start of a run and its end ---- */
 /* Checks the options and makes everything a run needs, fresh or resumed. */
