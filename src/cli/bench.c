@@ -14,6 +14,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "attnctl/blas.h"
 #include "attnctl/io.h"
 #include "attnctl/optim.h"
 #include "attnctl/rng.h"
@@ -432,7 +433,7 @@ static int print_bench_json(const ac_config *cfg, const bench_result *r)
     cJSON_AddNumberToObject(o, "dropout", mc->dropout);
     cJSON_AddNumberToObject(o, "params", (double)r->n_params);
     cJSON_AddNumberToObject(o, "threads", r->threads);
-    cJSON_AddStringToObject(o, "openblas_core", cli_blas_corename());
+    cJSON_AddStringToObject(o, "openblas_core", ac_blas_corename());
     cJSON_AddNumberToObject(o, "flops_per_token_fwd", r->flops_fwd);
     cJSON_AddNumberToObject(o, "flops_per_token_train", 3 * r->flops_fwd);
     cJSON_AddItemToObject(o, "train_tokens_per_s", number_or_null(hm, r->train.median));
@@ -494,7 +495,7 @@ static void print_bench_text(const ac_config *cfg, const bench_result *r)
            mc->n_layers, mc->d_model, mc->n_heads, mc->d_ff, ac_pooling_name(mc->pooling),
            mc->vocab_size, mc->n_classes, (double)r->n_params / 1e6);
     printf("batches    %d x %d tokens (random ids, full length), %d thread(s), OpenBLAS core %s\n",
-           r->B, r->T, r->threads, cli_blas_corename());
+           r->B, r->T, r->threads, ac_blas_corename());
     if (r->have_model) {
         double tg = r->train.median * 3 * r->flops_fwd / 1e9;
         double ig = r->infer.median * r->flops_fwd / 1e9;

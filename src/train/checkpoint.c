@@ -255,3 +255,14 @@ int trainer_recover_checkpoint(trainer *t, ac_err *err)
                          "another process failed to start training (its message is above)",
                          &agreed, err);
 }
+
+int trainer_non_finite_error(const trainer *t, long step, const char *what, double v, ac_err *err)
+{
+    char where[160];
+    if (t->ckpt_step >= 0)
+        snprintf(where, sizeof where, "the checkpoint of step %ld is intact", t->ckpt_step);
+    else
+        snprintf(where, sizeof where, "no checkpoint was saved yet");
+    return ac_err_set(err, "step %ld: %s is %s (learning rate too high?); training stopped, %s",
+                      step, what, isnan(v) ? "NaN" : "infinite", where);
+}

@@ -1,6 +1,7 @@
 /* Internal to src/train: the trainer's state, shared by the loop
  * (trainer.c), its parts (setup.c, step.c, evaluate.c, checkpoint.c,
- * metrics_log.c, sources.c) and the masked-LM objective (pretrain.c). */
+ * members.c, metrics_log.c, sources.c, processes.c, progress.c) and the
+ * masked-LM objective (pretrain.c). */
 #ifndef ATTNCTL_TRAINER_INTERNAL_H
 #define ATTNCTL_TRAINER_INTERNAL_H
 
@@ -111,11 +112,7 @@ typedef struct {
     double last_loss, last_lr;
 } session_stats;
 
-/* ---- trainer.c: the loop, and the helpers its parts and the objectives share ---- */
-/* The error for a NaN or infinite figure at step, saying which checkpoint is intact. */
-int trainer_non_finite_error(const trainer *t, long step, const char *what, double v, ac_err *err);
-/* What an evaluation pass returns when it was abandoned. */
-#define TRAINER_EVAL_ABANDONED 1
+/* ---- progress.c: the events reported to the caller ---- */
 /* The progress event of the given kind as things stand. */
 void trainer_fill_progress(const trainer *t, const session_stats *s, ac_train_event_kind kind,
                            ac_train_progress *p);
@@ -162,6 +159,8 @@ int trainer_make_epoch_plan(trainer *t, int epoch, ac_err *err);
 int trainer_step(trainer *t, session_stats *s, ac_err *err);
 
 /* ---- evaluate.c: evaluations during training ---- */
+/* What an evaluation pass returns when it was abandoned. */
+#define TRAINER_EVAL_ABANDONED 1
 /* Evaluates, then writes the metrics, the best model and the checkpoint. */
 int trainer_evaluate_and_save(trainer *t, session_stats *s, ac_train_result *res, ac_err *err);
 /* The members' average (in the model): evaluated, its temperature fitted,
@@ -179,6 +178,8 @@ int trainer_save_checkpoint(trainer *t, ac_err *err);
 /* Removes a finished run's checkpoint weights, moments and average (writer
  * only; see ac_train_options.drop_finished_state). */
 void trainer_drop_finished_state(const trainer *t);
+/* The error for a NaN or infinite figure at step, saying which checkpoint is intact. */
+int trainer_non_finite_error(const trainer *t, long step, const char *what, double v, ac_err *err);
 /* Resume: reads the averaged weights saved with the checkpoint's step. */
 int trainer_load_ema(trainer *t, ac_err *err);
 /* Before a resume: finishes a checkpoint save that was cut short (every rank calls it). */
