@@ -21,24 +21,11 @@ static uint64_t step_dropout_key(const trainer *t)
 static int forward_backward(trainer *t, const ac_batch *b, uint64_t dropout_key,
                             int64_t first_row, int mean_rows, float *loss, ac_err *err)
 {
-    ac_model *m = &t->model;
-    if (t->cfg.model.objective == AC_OBJECTIVE_MASKED_LM) {
-        if (pretrain_forward(t, b, dropout_key, first_row, loss, err))
-            return -1;
-    } else {
-        *loss = ac_model_forward(m, b->ids, b->lengths, b->labels, b->B, b->T, 1, dropout_key);
-    }
+    if (t->obj->forward(t, b, dropout_key, first_row, loss, err))
+        return -1;
     if (!isfinite(*loss))
         return trainer_non_finite_error(t, trainer_global_step(t) + 1, "the training loss", *loss, err);
-    if (t->cfg.model.objective == AC_OBJECTIVE_MASKED_LM) {
-        t->mlm.mean_rows = mean_rows;
-        ac_mlm_backward(m, &t->mlm);
-        t->mlm.mean_rows = 0;
-    } else {
-        m->mean_rows = mean_rows;
-        ac_model_backward(m);
-        m->mean_rows = 0;
-    }
+    t->obj->backward(t, mean_rows);
     return 0;
 }
 
@@ -52,22 +39,18 @@ static int micro_batch_gradient(trainer *t, int64_t batch, int rows, int n_micro
     ac_model *m = &t->model;
     ac_batch *b = &t->batch;
     const int mb = t->micro_batch;
-    const int masked_lm = t->cfg.model.objective == AC_OBJECTIVE_MASKED_LM;
-    /* Masked LM: the step's loss is a mean over all its masked positions. */
-    int mean_rows = rows;
-    if (masked_lm) {
-        mean_rows = 0;
-        for (int j = 0; j < n_micro; j++) {
-            int first = j * mb, n = rows - first < mb ? rows - first : mb;
-            ac_batch_fill_rows(b, &t->train_corpus, &t->plan, batch, first, n);
-            int M = pretrain_count_masked(t, b, first, err);
-            if (M < 0) {
-                *failed_here = 1;
-                return -1;
-            }
-            t->micro_masked[j] = M;
-            mean_rows += M;
+    /* The step's loss is a mean over all its rows (the classifier) or all
+     * its masked positions (the masked LM): each micro-batch's weight. */
+    int mean_rows = 0;
+    for (int j = 0; j < n_micro; j++) {
+        int first = j * mb, n = rows - first < mb ? rows - first : mb;
+        int w = t->obj->micro_weight(t, batch, first, n, err);
+        if (w < 0) {
+            *failed_here = 1;
+            return -1;
         }
+        t->micro_weights[j] = w;
+        mean_rows += w;
     }
     ac_gradsum_clear(&t->gradsum);
     const uint64_t step_key = step_dropout_key(t);
@@ -111,15 +94,10 @@ static double micro_weight(const trainer *t, int j, int rows, int n_micro)
 {
     if (n_micro == 1)
         return 1.0;
-    if (t->cfg.model.objective == AC_OBJECTIVE_MASKED_LM) {
-        long total = 0;
-        for (int i = 0; i < n_micro; i++)
-            total += t->micro_masked[i];
-        return (double)t->micro_masked[j] / (double)total;
-    }
-    int first = j * t->micro_batch;
-    int n = rows - first < t->micro_batch ? rows - first : t->micro_batch;
-    return (double)n / (double)rows;
+    long total = 0;
+    for (int i = 0; i < n_micro; i++)
+        total += t->micro_weights[i];
+    return (double)t->micro_weights[j] / (double)total;
 }
 
 /* One optimizer step on batch state.batch_in_epoch of the current plan. Allocates nothing.
