@@ -54,49 +54,26 @@ static int average_members(trainer *t, session_stats *s, ac_train_result *res, a
     return trainer_evaluate_soup(t, s, res, err);
 }
 
-static int run(trainer *t, ac_train_result *res, ac_err *err)
+/* One run, or one member of several, from where it stands: steps and
+ * evaluations until it ends (*ended: AC_TRAIN_FINISHED or
+ * AC_TRAIN_EARLY_STOPPED) or this session stops (*ended -1, res->status
+ * AC_TRAIN_MAX_STEPS or AC_TRAIN_INTERRUPTED). Members are not its concern:
+ * the driver (run) starts the next one or averages them. 0, or -1 on an
+ * error. */
+static int run_single(trainer *t, session_stats *s, ac_train_result *res, int *ended,
+                      ac_err *err)
 {
     const ac_train_options *o = t->opt;
     const ac_train_config *tc = &t->cfg.training;
-    session_stats s = {.t0 = ac_now_s(), .last_loss = NAN, .last_lr = NAN};
     ac_train_progress ev;
-    trainer_fill_progress(t, &s, AC_TRAIN_EVENT_BEGIN, &ev);
-    trainer_report(t, &ev);
-    /* A stop cut the evaluation of this step short: it comes first. */
-    if (t->state.eval_pending) {
-        if (trainer_evaluate_and_save(t, &s, res, err))
-            return -1;
-        if (t->state.eval_pending) /* cut short again */
-            return interrupted(t, res, err);
-    }
-
+    *ended = -1;
     for (;;) {
-        if (trainer_has_members(t) && t->state.member >= tc->members) {
-            res->status = AC_TRAIN_FINISHED; /* the average is made */
-            break;
-        }
-        int ended = member_ended(tc, &t->state);
-        if (ended >= 0 && !trainer_has_members(t)) {
-            res->status = (ac_train_status)ended;
-            break;
-        }
-        if (ended >= 0 && t->state.member + 1 < tc->members) {
-            if (trainer_next_member(t, err))
-                return -1;
-            continue;
-        }
-        if (ended >= 0) {
-            int rc = average_members(t, &s, res, err);
-            if (rc < 0)
-                return -1;
-            if (rc == TRAINER_EVAL_ABANDONED)
-                return interrupted(t, res, err);
-            res->status = AC_TRAIN_FINISHED;
-            break;
-        }
+        *ended = member_ended(tc, &t->state);
+        if (*ended >= 0)
+            return 0;
         if (o->max_steps > 0 && trainer_global_step(t) >= o->max_steps) {
             res->status = AC_TRAIN_MAX_STEPS;
-            break;
+            return 0;
         }
         /* Ranks stop at the same step: at the one where any of them was asked. */
         if (t->comm ? t->stop_agreed : o->stop && *o->stop)
@@ -114,7 +91,7 @@ static int run(trainer *t, ac_train_result *res, ac_err *err)
 
         int epoch_before = t->state.epoch;
         res->step = trainer_global_step(t);
-        int step_rc = trainer_step(t, &s, err);
+        int step_rc = trainer_step(t, s, err);
         if (step_rc < 0)
             return -1;
         if (step_rc == TRAINER_STEP_DROPPED)
@@ -122,7 +99,7 @@ static int run(trainer *t, ac_train_result *res, ac_err *err)
         res->step = trainer_global_step(t);
         if (o->after_step)
             o->after_step(&t->model, trainer_global_step(t), o->after_step_user);
-        trainer_fill_progress(t, &s, AC_TRAIN_EVENT_STEP, &ev);
+        trainer_fill_progress(t, s, AC_TRAIN_EVENT_STEP, &ev);
         trainer_report(t, &ev);
 
         int epoch_ended = t->state.epoch != epoch_before;
@@ -131,14 +108,58 @@ static int run(trainer *t, ac_train_result *res, ac_err *err)
         if (t->state.epoch >= tc->epochs ||
             (o->max_steps > 0 && trainer_global_step(t) >= o->max_steps))
             due = 1;
-        if (due && trainer_evaluate_and_save(t, &s, res, err))
+        if (due && trainer_evaluate_and_save(t, s, res, err))
             return -1;
         /* The evaluation was cut short by a stop: before the checks above,
          * which could otherwise end the run as finished without it. */
         if (t->state.eval_pending)
             return interrupted(t, res, err);
     }
-    return 0;
+}
+
+/* The driver: the run, or each member in turn and then their average. */
+static int run(trainer *t, ac_train_result *res, ac_err *err)
+{
+    const ac_train_config *tc = &t->cfg.training;
+    session_stats s = {.t0 = ac_now_s(), .last_loss = NAN, .last_lr = NAN};
+    ac_train_progress ev;
+    trainer_fill_progress(t, &s, AC_TRAIN_EVENT_BEGIN, &ev);
+    trainer_report(t, &ev);
+    /* A stop cut the evaluation of this step short: it comes first. */
+    if (t->state.eval_pending) {
+        if (trainer_evaluate_and_save(t, &s, res, err))
+            return -1;
+        if (t->state.eval_pending) /* cut short again */
+            return interrupted(t, res, err);
+    }
+
+    for (;;) {
+        if (trainer_has_members(t) && t->state.member >= tc->members) {
+            res->status = AC_TRAIN_FINISHED; /* the average is made */
+            return 0;
+        }
+        int ended;
+        if (run_single(t, &s, res, &ended, err))
+            return -1;
+        if (ended < 0) /* this session stops here */
+            return 0;
+        if (!trainer_has_members(t)) {
+            res->status = (ac_train_status)ended;
+            return 0;
+        }
+        if (t->state.member + 1 < tc->members) {
+            if (trainer_next_member(t, err))
+                return -1;
+            continue;
+        }
+        int rc = average_members(t, &s, res, err);
+        if (rc < 0)
+            return -1;
+        if (rc == TRAINER_EVAL_ABANDONED)
+            return interrupted(t, res, err);
+        res->status = AC_TRAIN_FINISHED;
+        return 0;
+    }
 }
 
 int ac_train(const ac_train_options *opt, ac_train_result *result, ac_err *err)
