@@ -114,7 +114,7 @@ static int pretrain_evaluate(trainer *t, double *loss, double *accuracy, ac_err 
     trainer_rank_share(t, n_batches, &first, &last);
     int abandoned = 0;
     for (int64_t i = first; i < last; i++) {
-        if (trainer_stop_requested(t)) { /* see evaluate() in evaluate.c */
+        if (trainer_stop_requested(t)) { /* see evaluate_plan() in classifier.c */
             abandoned = 1;
             break;
         }

@@ -1,7 +1,7 @@
 /* Internal to src/train: the trainer's state, shared by the loop
  * (trainer.c), its parts (setup.c, step.c, evaluate.c, checkpoint.c,
  * members.c, metrics_log.c, sources.c, processes.c, progress.c) and the
- * masked-LM objective (pretrain.c). */
+ * objectives (classifier.c, pretrain.c). See docs/architecture.md. */
 #ifndef ATTNCTL_TRAINER_INTERNAL_H
 #define ATTNCTL_TRAINER_INTERNAL_H
 
