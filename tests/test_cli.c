@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "test_util.h"
+
 #define SAMPLE_TRAIN "data/sample_train.csv"
 #define SAMPLE_TEST "data/sample_test.csv"
 #define SAMPLE_TEST_ROWS 200
@@ -26,24 +28,11 @@
 
 /* ------------------------------------------------------------------ helpers */
 
-static const char *attnctl_path(void)
-{
-    const char *p = getenv("ATTNCTL");
-    return p && *p ? p : "build/attnctl";
-}
-
 /* $BUILD/test_cli/NAME */
 static void work_path(char *buf, size_t n, const char *name)
 {
     const char *build = getenv("BUILD");
     snprintf(buf, n, "%s/test_cli/%s", build && *build ? build : "build", name);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 typedef struct {
@@ -1074,14 +1063,6 @@ START_TEST(test_bench_text_only)
 END_TEST
 
 /* ------------------------------------------------------------------ fixture */
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
 
 /* Trains the tiny model the tests use (once per run of this suite), into a
  * fresh directory: `attnctl train` refuses to overwrite a model. */

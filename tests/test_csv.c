@@ -14,6 +14,8 @@
 
 #include "attnctl/text.h"
 
+#include "test_util.h"
+
 #define DATA "tests/data/csv/"
 #define IMDB_DIR "../shared/data/imdb/"
 
@@ -29,17 +31,9 @@ static void tmpdir_make(tmpdir *d)
     ck_assert_ptr_nonnull(mkdtemp(d->path));
 }
 
-static int remove_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
 static void tmpdir_remove(tmpdir *d)
 {
-    nftw(d->path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    rm_rf(d->path);
 }
 
 static char *join(const tmpdir *d, const char *name)

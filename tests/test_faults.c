@@ -15,14 +15,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "test_util.h"
+
 #define TRAIN_CSV "data/sample_train.csv"
 #define TIMEOUT_S 60.0
-
-static const char *attnctl_path(void)
-{
-    const char *p = getenv("ATTNCTL");
-    return p && *p ? p : "build/attnctl";
-}
 
 /* $BUILD/test_faults/NAME, emptied. */
 static void work_dir(char *buf, size_t n, const char *name)
@@ -32,13 +28,6 @@ static void work_dir(char *buf, size_t n, const char *name)
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", buf, buf);
     ck_assert_int_eq(system(cmd), 0);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 typedef struct {

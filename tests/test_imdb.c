@@ -22,16 +22,10 @@
 #include "attnctl/text.h"
 #include "attnctl/train.h"
 
+#include "test_util.h"
+
 #define IMDB_TRAIN "../shared/data/imdb/train.csv.gz"
 #define SUBSET_ROWS 4000
-
-static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
 
 /* The last line of metrics.jsonl, parsed. */
 static cJSON *last_metrics(const char *dir)

@@ -24,16 +24,12 @@
 #include "attnctl/model.h"
 #include "attnctl/text.h"
 
+#include "test_util.h"
+
 #define CHROMIUM "/usr/bin/chromium"
 #define D_MODEL 16
 
 /* ------------------------------------------------------------------ helpers */
-
-static const char *attnctl_path(void)
-{
-    const char *p = getenv("ATTNCTL");
-    return p && *p ? p : "build/attnctl";
-}
 
 /* $BUILD/test_inspect/NAME (created fresh). */
 static void scratch_dir(char *buf, size_t n, const char *name)
@@ -983,14 +979,6 @@ static image_stats png_stats(const image *img)
     s.reddish = (double)red / (double)n;
     s.tinted = (double)tint / (double)n;
     return s;
-}
-
-static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
 }
 
 /* Screenshots file://ABS_PATH with headless Chromium into png (1200 x height). */

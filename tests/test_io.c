@@ -20,6 +20,8 @@
 
 #include "attnctl/io.h"
 
+#include "test_util.h"
+
 /* ------------------------------------------------------------------ helpers */
 
 typedef struct {
@@ -32,17 +34,9 @@ static void tmpdir_make(tmpdir *d)
     ck_assert_ptr_nonnull(mkdtemp(d->path));
 }
 
-static int remove_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
 static void tmpdir_remove(tmpdir *d)
 {
-    nftw(d->path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    rm_rf(d->path);
 }
 
 static void join(char *out, size_t n, const char *dir, const char *name)

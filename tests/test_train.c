@@ -23,22 +23,11 @@
 #include "../src/train/ema.h"
 #include "../src/train/pick_model.h"
 
+#include "test_util.h"
+
 #define TINY_CSV "tests/data/train_tiny.csv"
 
 /* ------------------------------------------------------------ helpers */
-
-static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void rm_rf(const char *dir)
-{
-    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
 
 static char *make_temp_dir(void)
 {

@@ -36,6 +36,7 @@
 #include "attnctl/io.h"
 #include "attnctl/model.h"
 #include "attnctl/text.h"
+#include "attnctl/train_config.h"
 
 #define AC_CHECKPOINT_SUBDIR "checkpoint"
 #define AC_METRICS_FILE "metrics.jsonl"

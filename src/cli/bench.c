@@ -14,6 +14,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "attnctl/blas.h"
 #include "attnctl/io.h"
 #include "attnctl/optim.h"
 #include "attnctl/rng.h"
@@ -229,18 +230,18 @@ static void train_step(bench_model *b, long i, phase_ms *ph)
     ac_model *m = &b->model;
     size_t k = (size_t)(i % BENCH_N_BATCHES);
     const int32_t *ids = b->ids + k * (size_t)b->B * (size_t)b->T;
-    double t0 = ph ? cli_now() : 0;
+    double t0 = ph ? ac_now_s() : 0;
     ac_model_zero_grad(m);
     ac_model_forward(m, ids, b->lengths, b->labels + k * (size_t)b->B, b->B, b->T, 1,
                      ac_rng_key(BENCH_SEED, (uint64_t)b->step));
-    double t1 = ph ? cli_now() : 0;
+    double t1 = ph ? ac_now_s() : 0;
     ac_model_backward(m);
-    double t2 = ph ? cli_now() : 0;
+    double t2 = ph ? ac_now_s() : 0;
     ac_model_clip_grad_norm(m, b->optim.clip_norm);
     b->step++;
     ac_adamw_step(m, m->params, m->grads, b->m1, b->m2, &b->optim, b->optim.lr, b->step);
     if (ph) {
-        double t3 = cli_now();
+        double t3 = ac_now_s();
         ph->forward += 1e3 * (t1 - t0);
         ph->backward += 1e3 * (t2 - t1);
         ph->optimizer += 1e3 * (t3 - t2);
@@ -267,10 +268,10 @@ static void measure(bench_model *b, void (*step)(bench_model *, long, phase_ms *
                     long fixed_steps, rate *out)
 {
     long i = 0;
-    double t0 = cli_now(), dt;
+    double t0 = ac_now_s(), dt;
     do {
         step(b, i++, NULL);
-        dt = cli_now() - t0;
+        dt = ac_now_s() - t0;
     } while (fixed_steps <= 0 && (i < 2 || dt < BENCH_WARM_SECONDS));
     double per_step = dt / (double)i;
     long steps = fixed_steps > 0 ? fixed_steps : (long)ceil(BENCH_REP_SECONDS / per_step);
@@ -279,10 +280,10 @@ static void measure(bench_model *b, void (*step)(bench_model *, long, phase_ms *
     out->steps_per_rep = steps;
     double sorted[BENCH_REPS];
     for (int r = 0; r < BENCH_REPS; r++) {
-        double start = cli_now();
+        double start = ac_now_s();
         for (long s = 0; s < steps; s++)
             step(b, i++, NULL);
-        double secs = cli_now() - start;
+        double secs = ac_now_s() - start;
         out->reps[r] = (double)b->B * b->T * (double)steps / secs;
         sorted[r] = out->reps[r];
     }
@@ -360,18 +361,18 @@ static int bench_text(const char *path, const ac_config *cfg, text_timing *tt, a
     omp_set_num_threads(1); /* the pipeline's single-thread speed */
     int rc = -1;
     ac_read_options ro = {.need_label = 0};
-    double t0 = cli_now();
+    double t0 = ac_now_s();
     if (ac_rawdata_read(&raw, path, &ro, err) != 0)
         goto done;
-    double t1 = cli_now();
+    double t1 = ac_now_s();
     int with_cls = cfg->model.pooling == AC_POOL_CLS;
     if (ac_vocab_build(&vocab, &raw, NULL, raw.n_rows, &cfg->tokenizer, cfg->training.vocab_max,
                        cfg->training.min_count, with_cls, err) != 0)
         goto done;
-    double t2 = cli_now();
+    double t2 = ac_now_s();
     if (ac_corpus_encode(&corpus, &raw, &cfg->tokenizer, &vocab, cfg->model.max_len, err) != 0)
         goto done;
-    double t3 = cli_now();
+    double t3 = ac_now_s();
     tt->rows = raw.n_rows;
     for (int64_t i = 0; i < corpus.n; i++)
         tt->tokens += corpus.full_len[i] - with_cls;
@@ -432,7 +433,7 @@ static int print_bench_json(const ac_config *cfg, const bench_result *r)
     cJSON_AddNumberToObject(o, "dropout", mc->dropout);
     cJSON_AddNumberToObject(o, "params", (double)r->n_params);
     cJSON_AddNumberToObject(o, "threads", r->threads);
-    cJSON_AddStringToObject(o, "openblas_core", cli_blas_corename());
+    cJSON_AddStringToObject(o, "openblas_core", ac_blas_corename());
     cJSON_AddNumberToObject(o, "flops_per_token_fwd", r->flops_fwd);
     cJSON_AddNumberToObject(o, "flops_per_token_train", 3 * r->flops_fwd);
     cJSON_AddItemToObject(o, "train_tokens_per_s", number_or_null(hm, r->train.median));
@@ -494,7 +495,7 @@ static void print_bench_text(const ac_config *cfg, const bench_result *r)
            mc->n_layers, mc->d_model, mc->n_heads, mc->d_ff, ac_pooling_name(mc->pooling),
            mc->vocab_size, mc->n_classes, (double)r->n_params / 1e6);
     printf("batches    %d x %d tokens (random ids, full length), %d thread(s), OpenBLAS core %s\n",
-           r->B, r->T, r->threads, cli_blas_corename());
+           r->B, r->T, r->threads, ac_blas_corename());
     if (r->have_model) {
         double tg = r->train.median * 3 * r->flops_fwd / 1e9;
         double ig = r->infer.median * r->flops_fwd / 1e9;

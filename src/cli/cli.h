@@ -41,11 +41,6 @@ int cli_parse_u64(const char *s, uint64_t *out);
 /* Threads when --threads is not given: the cores of the machine. */
 int cli_default_threads(void);
 void cli_set_threads(int n);
-/* Loads OpenBLAS (src/cli/blas.c) once its environment variables are set:
- * 0, or an error printed and CLI_EXIT_RUNTIME. */
-int cli_blas_load(void);
-/* The kernel family OpenBLAS chose ("SkylakeX"), or "unknown". */
-const char *cli_blas_corename(void);
 /* Blocks (1) or unblocks (0) SIGINT and SIGTERM for this process. */
 void cli_block_stop_signals(int block);
 

@@ -377,7 +377,7 @@ int cmd_eval(int argc, char **argv)
     if (rc != 0)
         return rc < 0 ? CLI_EXIT_OK : rc;
     cli_set_threads((int)o.threads);
-    double t0 = cli_now();
+    double t0 = ac_now_s();
 
     ac_err err = {{0}};
     cli_infer s;
@@ -427,7 +427,7 @@ int cmd_eval(int argc, char **argv)
         }
     }
 
-    double t_model = cli_now();
+    double t_model = ac_now_s();
     for (int64_t b = 0; b < plan.n_batches; b++) {
         ac_batch batch = {.ids = s.ids, .lengths = s.lengths, .labels = s.labels, .rows = s.rows};
         ac_batch_fill(&batch, &corpus, &plan, b);
@@ -454,7 +454,7 @@ int cmd_eval(int argc, char **argv)
                                                        .probability = probs[pred]};
         }
     }
-    r.model_seconds = cli_now() - t_model;
+    r.model_seconds = ac_now_s() - t_model;
     if (r.wrong)
         qsort(r.wrong, (size_t)r.n_wrong, sizeof *r.wrong, compare_wrong);
     if (r.wrong && o.attribution != AC_ATTR_NONE &&
@@ -468,7 +468,7 @@ int cmd_eval(int argc, char **argv)
     r.auc = ac_metrics_roc_auc(&m);
     r.ece = ac_metrics_ece(&m);
     r.brier = ac_metrics_brier(&m);
-    r.seconds = cli_now() - t0;
+    r.seconds = ac_now_s() - t0;
 
     if (o.json) {
         if (print_json(&o, &s, &m, &raw, &r, o.n_errors) != 0)

@@ -3,7 +3,6 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* Batches of fewer token positions (B x T) run on one thread. */
 #define SERIAL_BELOW_TOKENS 4096
@@ -91,13 +90,6 @@ void cli_infer_close(cli_infer *s)
     free(s->labels);
     free(s->rows);
     memset(s, 0, sizeof *s);
-}
-
-double cli_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static int is_space_byte(unsigned char c)

@@ -11,6 +11,7 @@
 
 #include "attnctl/io.h"
 #include "attnctl/text.h"
+#include "attnctl/util.h"
 
 typedef struct {
     ac_model_dir md;
@@ -36,9 +37,6 @@ static inline const float *cli_infer_probs(const cli_infer *s, int b)
     return s->md.model.act.probs_out + (size_t)b * (size_t)s->n_classes;
 }
 void cli_infer_close(cli_infer *s);
-
-/* Wall clock in seconds (monotonic). */
-double cli_now(void);
 
 /* The first max_words whitespace-separated words of text[0..len), joined by
  * single spaces, at most max_bytes bytes (cut at a UTF-8 boundary), with

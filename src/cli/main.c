@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "attnctl/blas.h"
 #include "attnctl/io.h"
 #include "cli.h"
 
@@ -35,8 +36,8 @@ static int long_running(const char *name)
 }
 
 /* The environment the libraries read when they load, set unless the user set
- * it. OpenBLAS is loaded with dlopen afterwards (src/cli/blas.c), so its
- * variables need no re-execution:
+ * it. OpenBLAS is loaded with dlopen afterwards (ac_blas_load,
+ * include/attnctl/blas.h), so its variables need no re-execution:
  * - Debian's OpenBLAS 0.3.21 (DYNAMIC_ARCH) does not recognise recent
  *   AVX-512 CPUs and falls back to older, much slower kernels (Haswell or
  *   even Prescott); only OPENBLAS_CORETYPE overrides its choice. Its SkylakeX
@@ -166,8 +167,9 @@ int main(int argc, char **argv)
     const command *c = find_command(name);
     if (!c)
         return unknown_command(name);
-    if (cli_blas_load() != 0)
-        return CLI_EXIT_RUNTIME;
+    ac_err err;
+    if (ac_blas_load(&err) != 0)
+        return cli_error("%s", err.msg);
     int status = c->run(argc - 1, argv + 1);
     if (fflush(stdout) != 0 && status == CLI_EXIT_OK)
         return cli_error("writing to standard output: %s", strerror(errno));

@@ -1,21 +1,15 @@
 #include "progress.h"
 
+#include "attnctl/util.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <time.h>
 #include <unistd.h>
 
 #define BAR_REDRAW_S 0.1 /* at most ten redraws a second */
 #define BAR_CELLS 16
-
-static double monotonic_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int terminal_width(void)
 {
@@ -191,7 +185,7 @@ void cli_progress_callback(const ac_train_progress *ev, void *user)
         break;
     case AC_TRAIN_EVENT_STEP:
         if (p->mode == CLI_PROGRESS_BAR) {
-            double now = monotonic_s();
+            double now = ac_now_s();
             if (p->last_draw < 0 || now - p->last_draw >= BAR_REDRAW_S || ev->step >= ev->stop_step) {
                 draw_bar(p, ev);
                 p->last_draw = now;

@@ -60,13 +60,13 @@ static int add_teacher(const char *dir, const ac_rawdata *texts, const ac_rawdat
         goto done;
     }
     for (int64_t b = 0; b < plan.n_batches; b++) {
-        if (show && cli_now() - last_draw >= 0.5) {
+        if (show && ac_now_s() - last_draw >= 0.5) {
             char done_s[32], all_s[32];
             cli_format_count(done_s, sizeof done_s, (double)done_texts);
             cli_format_count(all_s, sizeof all_s, (double)corpus.n);
             fprintf(stderr, "\r\033[Kattnctl: labelling: %s of %s texts", done_s, all_s);
             fflush(stderr);
-            last_draw = cli_now();
+            last_draw = ac_now_s();
         }
         if (stop && *stop) {
             rc = PSEUDO_STOPPED;

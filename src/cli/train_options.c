@@ -1,6 +1,7 @@
-/* The options of attnctl train and pretrain: the table, their --help, the
- * parsing and checking of each value, and how they change the preset
- * configuration. Apart from running the command (train.c), since this part
+/* The options of attnctl train and pretrain: one table (OPTIONS) gives
+ * each option's name, the range of its value, the field of the preset it
+ * overrides and the commands that take it; then their --help, the parsing
+ * and how they change the preset configuration. Apart from running the command (train.c), since this part
  * only turns words into a configuration and reads no training data. */
 #include <getopt.h>
 #include <stddef.h>
@@ -18,75 +19,200 @@
 #include "cli.h"
 #include "train_options.h"
 
-static const struct option LONG_OPTIONS[] = {
-    {"config", required_argument, NULL, OPT_CONFIG},
-    {"out", required_argument, NULL, OPT_OUT},
-    {"epochs", required_argument, NULL, OPT_EPOCHS},
-    {"batch-size", required_argument, NULL, OPT_BATCH_SIZE},
-    {"micro-batch", required_argument, NULL, OPT_MICRO_BATCH},
-    {"lr", required_argument, NULL, OPT_LR},
-    {"schedule", required_argument, NULL, OPT_SCHEDULE},
-    {"warmup", required_argument, NULL, OPT_WARMUP},
-    {"weight-decay", required_argument, NULL, OPT_WEIGHT_DECAY},
-    {"clip", required_argument, NULL, OPT_CLIP},
-    {"dropout", required_argument, NULL, OPT_DROPOUT},
-    {"max-len", required_argument, NULL, OPT_MAX_LEN},
-    {"truncation", required_argument, NULL, OPT_TRUNCATION},
-    {"vocab-size", required_argument, NULL, OPT_VOCAB_SIZE},
-    {"min-count", required_argument, NULL, OPT_MIN_COUNT},
-    {"pooling", required_argument, NULL, OPT_POOLING},
-    {"layers", required_argument, NULL, OPT_LAYERS},
-    {"d-model", required_argument, NULL, OPT_D_MODEL},
-    {"heads", required_argument, NULL, OPT_HEADS},
-    {"ff", required_argument, NULL, OPT_FF},
-    {"val-split", required_argument, NULL, OPT_VAL_SPLIT},
-    {"val-file", required_argument, NULL, OPT_VAL_FILE},
-    {"patience", required_argument, NULL, OPT_PATIENCE},
-    {"eval-every", required_argument, NULL, OPT_EVAL_EVERY},
-    {"seed", required_argument, NULL, OPT_SEED},
-    {"threads", required_argument, NULL, OPT_THREADS},
-    {"text-column", required_argument, NULL, OPT_TEXT_COLUMN},
-    {"label-column", required_argument, NULL, OPT_LABEL_COLUMN},
-    {"max-steps", required_argument, NULL, OPT_MAX_STEPS},
-    {"resume", required_argument, NULL, OPT_RESUME},
-    {"positions", required_argument, NULL, OPT_POSITIONS},
-    {"ngrams", required_argument, NULL, OPT_NGRAMS},
-    {"ngram-buckets", required_argument, NULL, OPT_NGRAM_BUCKETS},
-    {"wide", required_argument, NULL, OPT_WIDE},
-    {"wide-buckets", required_argument, NULL, OPT_WIDE_BUCKETS},
-    {"wide-norm", required_argument, NULL, OPT_WIDE_NORM},
-    {"crop", required_argument, NULL, OPT_CROP},
-    {"crop-min", required_argument, NULL, OPT_CROP_MIN},
-    {"crop-max", required_argument, NULL, OPT_CROP_MAX},
-    {"label-smoothing", required_argument, NULL, OPT_LABEL_SMOOTHING},
-    {"token-dropout", required_argument, NULL, OPT_TOKEN_DROPOUT},
-    {"ema", required_argument, NULL, OPT_EMA},
-    {"members", required_argument, NULL, OPT_MEMBERS},
-    {"init", required_argument, NULL, OPT_INIT},
-    {"teacher", required_argument, NULL, OPT_TEACHER},
-    {"unlabelled", required_argument, NULL, OPT_UNLABELLED},
-    {"pseudo-threshold", required_argument, NULL, OPT_PSEUDO_THRESHOLD},
-    {"mask-frac", required_argument, NULL, OPT_MASK_FRAC},
-    {"format", required_argument, NULL, OPT_FORMAT},
-    {"keep-checkpoint", no_argument, NULL, OPT_KEEP_CHECKPOINT},
-    {"quiet", no_argument, NULL, OPT_QUIET},
-    {"help", no_argument, NULL, OPT_HELP},
-    {NULL, 0, NULL, 0},
+/* How an option's value is read and checked (parse_value). */
+typedef enum {
+    V_FLAG,   /* no value */
+    V_TEXT,   /* a file, directory or column: anything but empty */
+    V_INT,    /* an integer from ilo to ihi */
+    V_REAL,   /* a number from lo to hi, the ends excluded as `open` says */
+    V_NAME,   /* one of the names parse_name knows */
+    V_SEED,   /* a 64-bit seed */
+    V_WARMUP, /* a fraction, or a whole number of steps */
+} value_kind;
+
+/* Where the value goes in the preset (train_apply_overrides); TO_NONE: the
+ * command reads it itself, or train_apply_overrides sets it by hand. */
+typedef enum { TO_NONE, TO_INT, TO_LONG, TO_I64, TO_FLOAT, TO_DOUBLE, TO_U64 } target;
+
+enum { LO_OPEN = 1, HI_OPEN = 2 };
+/* Which command takes the option, and whether --resume does: anything
+ * else would break the promise that a resumed run continues exactly as
+ * the original run would have. */
+enum { BOTH = 0, TRAIN_ONLY = 1, PRETRAIN_ONLY = 2, RESUME_OK = 4 };
+
+/* One option: its name, its value's kind and range (and the words naming
+ * the range in a usage error), the field of the configuration it sets and
+ * where it may be given. Its help line is in the help text below. */
+typedef struct {
+    const char *name;
+    int id;
+    value_kind kind;
+    long ilo, ihi;  /* V_INT */
+    double lo, hi;  /* V_REAL, V_WARMUP */
+    unsigned open;  /* V_REAL: LO_OPEN, HI_OPEN */
+    const char *expected;
+    int (*parse_name)(const char *s, int *out); /* V_NAME */
+    target to;
+    size_t field;   /* offset in ac_config */
+    unsigned flags; /* TRAIN_ONLY, PRETRAIN_ONLY, RESUME_OK */
+} option_spec;
+
+static int parse_schedule(const char *s, int *out)
+{
+    ac_schedule_kind k;
+    int rc = ac_schedule_parse(s, &k);
+    *out = (int)k;
+    return rc;
+}
+
+static int parse_positions(const char *s, int *out)
+{
+    ac_positions p;
+    int rc = ac_positions_parse(s, &p);
+    *out = (int)p;
+    return rc;
+}
+
+static int parse_pooling(const char *s, int *out)
+{
+    ac_pooling p;
+    int rc = ac_pooling_parse(s, &p);
+    *out = (int)p;
+    return rc;
+}
+
+static int parse_truncation(const char *s, int *out)
+{
+    ac_truncation t;
+    int rc = ac_truncation_parse(s, &t);
+    *out = (int)t;
+    return rc;
+}
+
+static int parse_format(const char *s, int *out)
+{
+    ac_text_format f;
+    int rc = ac_text_format_parse(s, &f);
+    *out = (int)f;
+    return rc;
+}
+
+#define XSTR(x) #x
+#define STR(x) XSTR(x)
+#define AT(path) offsetof(ac_config, path)
+/* The rows by kind. */
+#define FLAG(name, id, flags) {name, id, V_FLAG, 0, 0, 0, 0, 0, NULL, NULL, TO_NONE, 0, flags}
+#define TEXT(name, id, flags) {name, id, V_TEXT, 0, 0, 0, 0, 0, NULL, NULL, TO_NONE, 0, flags}
+#define INT(name, id, lo, hi, words, to, field, flags) \
+    {name, id, V_INT, lo, hi, 0, 0, 0, words, NULL, to, field, flags}
+#define REAL(name, id, lo, hi, open, words, to, field, flags) \
+    {name, id, V_REAL, 0, 0, lo, hi, open, words, NULL, to, field, flags}
+#define NAME(name, id, parse, words, to, field, flags) \
+    {name, id, V_NAME, 0, 0, 0, 0, 0, words, parse, to, field, flags}
+
+_Static_assert(AC_MAX_MEMBERS == 64, "the --members row names the limit");
+
+/* In getopt's order. */
+static const option_spec OPTIONS[] = {
+    TEXT("config", OPT_CONFIG, BOTH),
+    TEXT("out", OPT_OUT, RESUME_OK),
+    INT("epochs", OPT_EPOCHS, 1, 1000000, "an integer from 1 to 1000000", TO_INT,
+        AT(training.epochs), BOTH),
+    INT("batch-size", OPT_BATCH_SIZE, 1, 65536, "an integer from 1 to 65536", TO_INT,
+        AT(training.batch_size), BOTH),
+    INT("micro-batch", OPT_MICRO_BATCH, 1, 65536, "an integer from 1 to 65536", TO_INT,
+        AT(training.micro_batch), BOTH),
+    REAL("lr", OPT_LR, 0, 10, LO_OPEN, "a number with 0 < X <= 10", TO_FLOAT,
+         AT(training.optim.lr), BOTH),
+    NAME("schedule", OPT_SCHEDULE, parse_schedule, "cosine, linear or constant", TO_INT,
+         AT(training.optim.schedule), BOTH),
+    /* a fraction sets training.warmup_frac, a step count optim.warmup_steps */
+    {"warmup", OPT_WARMUP, V_WARMUP, 0, 0, 0, 1e15, 0,
+     "a fraction 0 <= X < 1, or a whole number of steps", NULL, TO_NONE, 0, BOTH},
+    REAL("weight-decay", OPT_WEIGHT_DECAY, 0, 10, 0, "a number from 0 to 10", TO_FLOAT,
+         AT(training.optim.weight_decay), BOTH),
+    REAL("clip", OPT_CLIP, 0, 1e6, 0, "a number from 0 (off) to 10^6", TO_FLOAT,
+         AT(training.optim.clip_norm), BOTH),
+    REAL("dropout", OPT_DROPOUT, 0, 1, HI_OPEN, "a number with 0 <= X < 1", TO_FLOAT,
+         AT(model.dropout), BOTH),
+    INT("max-len", OPT_MAX_LEN, 1, 65536, "an integer from 1 to 65536", TO_INT,
+        AT(model.max_len), BOTH),
+    NAME("truncation", OPT_TRUNCATION, parse_truncation, "head, tail or head+tail", TO_INT,
+         AT(tokenizer.truncation), BOTH),
+    /* sets model.vocab_size and training.vocab_max */
+    INT("vocab-size", OPT_VOCAB_SIZE, 3, 10000000, "an integer from 3 to 10000000", TO_NONE, 0,
+        BOTH),
+    INT("min-count", OPT_MIN_COUNT, 1, 1000000000000L, "an integer from 1 to 10^12", TO_I64,
+        AT(training.min_count), BOTH),
+    NAME("pooling", OPT_POOLING, parse_pooling, "max, mean or cls", TO_INT, AT(model.pooling),
+         BOTH),
+    INT("layers", OPT_LAYERS, 1, AC_MAX_LAYERS, "1 to " STR(AC_MAX_LAYERS), TO_INT,
+        AT(model.n_layers), BOTH),
+    INT("d-model", OPT_D_MODEL, 1, 65536, "an integer from 1 to 65536", TO_INT,
+        AT(model.d_model), BOTH),
+    INT("heads", OPT_HEADS, 1, 65536, "an integer from 1 to 65536", TO_INT, AT(model.n_heads),
+        BOTH),
+    INT("ff", OPT_FF, 1, 65536, "an integer from 1 to 65536", TO_INT, AT(model.d_ff), BOTH),
+    REAL("val-split", OPT_VAL_SPLIT, 0, 1, HI_OPEN, "a number with 0 <= X < 1", TO_DOUBLE,
+         AT(training.val_split), BOTH),
+    TEXT("val-file", OPT_VAL_FILE, TRAIN_ONLY | RESUME_OK),
+    INT("patience", OPT_PATIENCE, 0, 1000000, "an integer from 0 to 1000000", TO_INT,
+        AT(training.patience), BOTH),
+    INT("eval-every", OPT_EVAL_EVERY, 0, 1000000000000L, "an integer from 0 to 10^12", TO_LONG,
+        AT(training.eval_every), BOTH),
+    {"seed", OPT_SEED, V_SEED, 0, 0, 0, 0, 0, "an integer from 0 to 18446744073709551615", NULL,
+     TO_U64, AT(training.seed), BOTH},
+    INT("threads", OPT_THREADS, 1, 4096, "an integer from 1 to 4096", TO_NONE, 0, RESUME_OK),
+    TEXT("text-column", OPT_TEXT_COLUMN, BOTH),
+    TEXT("label-column", OPT_LABEL_COLUMN, TRAIN_ONLY),
+    INT("max-steps", OPT_MAX_STEPS, 0, LONG_MAX, "an integer >= 0", TO_NONE, 0, RESUME_OK),
+    TEXT("resume", OPT_RESUME, RESUME_OK),
+    NAME("positions", OPT_POSITIONS, parse_positions, "learned, sinusoidal or none", TO_INT,
+         AT(model.positions), BOTH),
+    INT("ngrams", OPT_NGRAMS, 1, 3, "1, 2 or 3", TO_INT, AT(model.ngram_order), BOTH),
+    INT("ngram-buckets", OPT_NGRAM_BUCKETS, 1, 16777216, "an integer from 1 to 16777216",
+        TO_INT, AT(model.ngram_buckets), BOTH),
+    INT("wide", OPT_WIDE, 0, 3, "0, 1, 2 or 3", TO_INT, AT(model.wide_order), TRAIN_ONLY),
+    INT("wide-buckets", OPT_WIDE_BUCKETS, 1, 16777216, "an integer from 1 to 16777216", TO_INT,
+        AT(model.wide_buckets), TRAIN_ONLY),
+    REAL("wide-norm", OPT_WIDE_NORM, 0, 1, 0, "a number from 0 to 1", TO_FLOAT,
+         AT(model.wide_norm), TRAIN_ONLY),
+    REAL("crop", OPT_CROP, 0, 1, 0, "a number from 0 to 1", TO_DOUBLE, AT(training.crop_frac),
+         TRAIN_ONLY),
+    INT("crop-min", OPT_CROP_MIN, 1, 65536, "an integer from 1 to 65536", TO_INT,
+        AT(training.crop_min), TRAIN_ONLY),
+    INT("crop-max", OPT_CROP_MAX, 1, 65536, "an integer from 1 to 65536", TO_INT,
+        AT(training.crop_max), TRAIN_ONLY),
+    REAL("label-smoothing", OPT_LABEL_SMOOTHING, 0, 1, HI_OPEN, "a number with 0 <= X < 1",
+         TO_FLOAT, AT(training.label_smoothing), TRAIN_ONLY),
+    REAL("token-dropout", OPT_TOKEN_DROPOUT, 0, 1, HI_OPEN, "a number with 0 <= X < 1", TO_FLOAT,
+         AT(training.token_dropout), TRAIN_ONLY),
+    REAL("ema", OPT_EMA, 0, 1, HI_OPEN, "a number with 0 <= X < 1", TO_FLOAT, AT(training.ema),
+         BOTH),
+    INT("members", OPT_MEMBERS, 1, AC_MAX_MEMBERS, "an integer from 1 to 64", TO_INT,
+        AT(training.members), TRAIN_ONLY),
+    TEXT("init", OPT_INIT, TRAIN_ONLY),
+    TEXT("teacher", OPT_TEACHER, TRAIN_ONLY | RESUME_OK),
+    TEXT("unlabelled", OPT_UNLABELLED, TRAIN_ONLY | RESUME_OK),
+    REAL("pseudo-threshold", OPT_PSEUDO_THRESHOLD, 0, 1, 0, "a probability from 0 to 1", TO_NONE,
+         0, TRAIN_ONLY),
+    REAL("mask-frac", OPT_MASK_FRAC, 0, 1, LO_OPEN | HI_OPEN, "a number with 0 < X < 1",
+         TO_DOUBLE, AT(training.mask_frac), PRETRAIN_ONLY),
+    NAME("format", OPT_FORMAT, parse_format, "auto, csv or lines", TO_NONE, 0, PRETRAIN_ONLY),
+    FLAG("keep-checkpoint", OPT_KEEP_CHECKPOINT, RESUME_OK),
+    FLAG("quiet", OPT_QUIET, RESUME_OK),
+    FLAG("help", OPT_HELP, RESUME_OK),
 };
 
-/* Options of one command only. */
-static const int TRAIN_ONLY[] = {OPT_VAL_FILE, OPT_LABEL_COLUMN, OPT_CROP, OPT_CROP_MIN,
-                                 OPT_CROP_MAX, OPT_LABEL_SMOOTHING, OPT_TOKEN_DROPOUT, OPT_INIT,
-                                 OPT_WIDE, OPT_WIDE_BUCKETS, OPT_WIDE_NORM, OPT_TEACHER,
-                                 OPT_UNLABELLED,
-                                 OPT_PSEUDO_THRESHOLD, OPT_MEMBERS};
-static const int PRETRAIN_ONLY[] = {OPT_MASK_FRAC, OPT_FORMAT};
+#define N_OPTIONS ((int)(sizeof OPTIONS / sizeof OPTIONS[0]))
 
-/* What a resumed run may still be given: anything else would break the
- * promise that it continues exactly as the original run would have. */
-static const int RESUME_ALLOWED[] = {OPT_RESUME, OPT_OUT, OPT_MAX_STEPS, OPT_THREADS, OPT_QUIET,
-                                     OPT_KEEP_CHECKPOINT,
-                                     OPT_VAL_FILE, OPT_TEACHER, OPT_UNLABELLED, OPT_HELP};
+static const option_spec *option_spec_of(int id)
+{
+    for (int k = 0; k < N_OPTIONS; k++)
+        if (OPTIONS[k].id == id)
+            return &OPTIONS[k];
+    return NULL;
+}
 
 /* Pretraining without the option: a small held-out share, evaluations
  * every so many steps (an epoch of 75,000 reviews is thousands of steps),
@@ -273,10 +399,8 @@ void cli_print_output_help(const char *cmd)
 
 static const char *option_name(int id)
 {
-    for (const struct option *o = LONG_OPTIONS; o->name; o++)
-        if (o->val == id)
-            return o->name;
-    return "?";
+    const option_spec *o = option_spec_of(id);
+    return o ? o->name : "?";
 }
 
 static int bad_value(const char *cmd, int id, const char *arg, const char *expected)
@@ -285,215 +409,57 @@ static int bad_value(const char *cmd, int id, const char *arg, const char *expec
                            expected);
 }
 
-_Static_assert(AC_MAX_MEMBERS == 64, "parse_value's --members message names the limit");
-
 /* Validates one option's value into a->v[id]. Returns 0 or a usage exit status. */
 static int parse_value(train_args *a, int id, const char *arg)
 {
+    const option_spec *o = option_spec_of(id);
     opt_value *v = &a->v[id];
     long i;
     double d;
-    int e;
+    int n;
     v->set = 1;
     v->s = arg;
-    switch (id) {
-    case OPT_MEMBERS:
-        if (cli_parse_int(arg, 1, AC_MAX_MEMBERS, &i))
-            return bad_value(a->cmd, id, arg, "an integer from 1 to 64");
+    switch (o->kind) {
+    case V_FLAG:
+        break;
+    case V_TEXT:
+        if (arg[0] == '\0')
+            return cli_usage_error(a->cmd, "--%s: empty value", o->name);
+        break;
+    case V_INT:
+        if (cli_parse_int(arg, o->ilo, o->ihi, &i))
+            return bad_value(a->cmd, id, arg, o->expected);
         v->i = i;
         break;
-    case OPT_EPOCHS:
-        if (cli_parse_int(arg, 1, 1000000, &i))
-            return bad_value(a->cmd, id, arg, "an integer from 1 to 1000000");
-        v->i = i;
+    case V_REAL:
+        if (cli_parse_double(arg, o->lo, o->hi, &d) || ((o->open & LO_OPEN) && !(d > o->lo)) ||
+            ((o->open & HI_OPEN) && !(d < o->hi)))
+            return bad_value(a->cmd, id, arg, o->expected);
+        v->d = d;
         break;
-    case OPT_BATCH_SIZE:
-    case OPT_MICRO_BATCH:
-        if (cli_parse_int(arg, 1, 65536, &i))
-            return bad_value(a->cmd, id, arg, "an integer from 1 to 65536");
-        v->i = i;
+    case V_NAME:
+        if (o->parse_name(arg, &n))
+            return bad_value(a->cmd, id, arg, o->expected);
+        v->i = n;
         break;
-    case OPT_MAX_LEN:
-        if (cli_parse_int(arg, 1, 65536, &i))
-            return bad_value(a->cmd, id, arg, "an integer from 1 to 65536");
-        v->i = i;
-        break;
-    case OPT_VOCAB_SIZE:
-        if (cli_parse_int(arg, 3, 10000000, &i))
-            return bad_value(a->cmd, id, arg, "an integer from 3 to 10000000");
-        v->i = i;
-        break;
-    case OPT_MIN_COUNT:
-        if (cli_parse_int(arg, 1, 1000000000000L, &i))
-            return bad_value(a->cmd, id, arg, "an integer from 1 to 10^12");
-        v->i = i;
-        break;
-    case OPT_LAYERS:
-        if (cli_parse_int(arg, 1, AC_MAX_LAYERS, &i))
-            return cli_usage_error(a->cmd, "--layers: invalid value '%s' (expected 1 to %d)", arg,
-                                   AC_MAX_LAYERS);
-        v->i = i;
-        break;
-    case OPT_D_MODEL:
-    case OPT_HEADS:
-    case OPT_FF:
-        if (cli_parse_int(arg, 1, 65536, &i))
-            return bad_value(a->cmd, id, arg, "an integer from 1 to 65536");
-        v->i = i;
-        break;
-    case OPT_PATIENCE:
-        if (cli_parse_int(arg, 0, 1000000, &i))
-            return bad_value(a->cmd, id, arg, "an integer from 0 to 1000000");
-        v->i = i;
-        break;
-    case OPT_EVAL_EVERY:
-        if (cli_parse_int(arg, 0, 1000000000000L, &i))
-            return bad_value(a->cmd, id, arg, "an integer from 0 to 10^12");
-        v->i = i;
-        break;
-    case OPT_MAX_STEPS:
-        if (cli_parse_int(arg, 0, LONG_MAX, &i))
-            return bad_value(a->cmd, id, arg, "an integer >= 0");
-        v->i = i;
-        break;
-    case OPT_THREADS:
-        if (cli_parse_int(arg, 1, 4096, &i))
-            return bad_value(a->cmd, id, arg, "an integer from 1 to 4096");
-        v->i = i;
-        break;
-    case OPT_SEED:
+    case V_SEED:
         if (cli_parse_u64(arg, &v->u))
-            return bad_value(a->cmd, id, arg, "an integer from 0 to 18446744073709551615");
+            return bad_value(a->cmd, id, arg, o->expected);
         break;
-    case OPT_LR:
-        if (cli_parse_double(arg, 0, 10, &d) || !(d > 0))
-            return bad_value(a->cmd, id, arg, "a number with 0 < X <= 10");
+    case V_WARMUP:
+        if (cli_parse_double(arg, o->lo, o->hi, &d) || (d >= 1 && d != floor(d)))
+            return bad_value(a->cmd, id, arg, o->expected);
         v->d = d;
-        break;
-    case OPT_WARMUP:
-        if (cli_parse_double(arg, 0, 1e15, &d) || (d >= 1 && d != floor(d)))
-            return bad_value(a->cmd, id, arg, "a fraction 0 <= X < 1, or a whole number of steps");
-        v->d = d;
-        break;
-    case OPT_WEIGHT_DECAY:
-        if (cli_parse_double(arg, 0, 10, &d))
-            return bad_value(a->cmd, id, arg, "a number from 0 to 10");
-        v->d = d;
-        break;
-    case OPT_CLIP:
-        if (cli_parse_double(arg, 0, 1e6, &d))
-            return bad_value(a->cmd, id, arg, "a number from 0 (off) to 10^6");
-        v->d = d;
-        break;
-    case OPT_POSITIONS: {
-        ac_positions p;
-        if (ac_positions_parse(arg, &p))
-            return bad_value(a->cmd, id, arg, "learned, sinusoidal or none");
-        v->i = p;
-        break;
-    }
-    case OPT_NGRAMS:
-        if (cli_parse_int(arg, 1, 3, &i))
-            return bad_value(a->cmd, id, arg, "1, 2 or 3");
-        v->i = i;
-        break;
-    case OPT_WIDE:
-        if (cli_parse_int(arg, 0, 3, &i))
-            return bad_value(a->cmd, id, arg, "0, 1, 2 or 3");
-        v->i = i;
-        break;
-    case OPT_NGRAM_BUCKETS:
-    case OPT_WIDE_BUCKETS:
-        if (cli_parse_int(arg, 1, 16777216, &i))
-            return bad_value(a->cmd, id, arg, "an integer from 1 to 16777216");
-        v->i = i;
-        break;
-    case OPT_CROP_MIN:
-    case OPT_CROP_MAX:
-        if (cli_parse_int(arg, 1, 65536, &i))
-            return bad_value(a->cmd, id, arg, "an integer from 1 to 65536");
-        v->i = i;
-        break;
-    case OPT_CROP:
-    case OPT_WIDE_NORM:
-        if (cli_parse_double(arg, 0, 1, &d))
-            return bad_value(a->cmd, id, arg, "a number from 0 to 1");
-        v->d = d;
-        break;
-    case OPT_DROPOUT:
-    case OPT_LABEL_SMOOTHING:
-    case OPT_TOKEN_DROPOUT:
-    case OPT_EMA:
-    case OPT_VAL_SPLIT:
-        if (cli_parse_double(arg, 0, 1, &d) || d >= 1)
-            return bad_value(a->cmd, id, arg, "a number with 0 <= X < 1");
-        v->d = d;
-        break;
-    case OPT_SCHEDULE: {
-        ac_schedule_kind k;
-        if (ac_schedule_parse(arg, &k))
-            return bad_value(a->cmd, id, arg, "cosine, linear or constant");
-        v->i = k;
-        break;
-    }
-    case OPT_POOLING: {
-        ac_pooling p;
-        if (ac_pooling_parse(arg, &p))
-            return bad_value(a->cmd, id, arg, "max, mean or cls");
-        v->i = p;
-        break;
-    }
-    case OPT_TRUNCATION: {
-        ac_truncation t;
-        if (ac_truncation_parse(arg, &t))
-            return bad_value(a->cmd, id, arg, "head, tail or head+tail");
-        v->i = t;
-        break;
-    }
-    case OPT_PSEUDO_THRESHOLD:
-        if (cli_parse_double(arg, 0, 1, &d))
-            return bad_value(a->cmd, id, arg, "a probability from 0 to 1");
-        v->d = d;
-        break;
-    case OPT_MASK_FRAC:
-        if (cli_parse_double(arg, 0, 1, &d) || !(d > 0 && d < 1))
-            return bad_value(a->cmd, id, arg, "a number with 0 < X < 1");
-        v->d = d;
-        break;
-    case OPT_FORMAT: {
-        ac_text_format f;
-        if (ac_text_format_parse(arg, &f))
-            return bad_value(a->cmd, id, arg, "auto, csv or lines");
-        v->i = f;
-        break;
-    }
-    case OPT_CONFIG:
-    case OPT_OUT:
-    case OPT_VAL_FILE:
-    case OPT_TEXT_COLUMN:
-    case OPT_LABEL_COLUMN:
-    case OPT_RESUME:
-    case OPT_INIT:
-    case OPT_TEACHER:
-    case OPT_UNLABELLED:
-        e = arg[0] == '\0';
-        if (e)
-            return cli_usage_error(a->cmd, "--%s: empty value", option_name(id));
-        break;
-    default:
         break;
     }
     return 0;
 }
 
-static int listed(const int *ids, size_t n, int id)
+static int has_flag(int id, unsigned flag)
 {
-    for (size_t k = 0; k < n; k++)
-        if (ids[k] == id)
-            return 1;
-    return 0;
+    const option_spec *o = option_spec_of(id);
+    return o && (o->flags & flag);
 }
-#define LISTED(ids, id) listed(ids, sizeof ids / sizeof ids[0], id)
 
 int train_parse_args(train_args *a, cli_training_kind kind, int argc, char **argv)
 {
@@ -502,8 +468,15 @@ int train_parse_args(train_args *a, cli_training_kind kind, int argc, char **arg
     a->cmd = kind == CLI_PRETRAIN ? "pretrain" : "train";
     optind = 0; /* GNU: full reinitialisation */
     opterr = 0;
+    struct option long_options[N_OPTIONS + 1];
+    for (int k = 0; k < N_OPTIONS; k++)
+        long_options[k] = (struct option){OPTIONS[k].name,
+                                          OPTIONS[k].kind == V_FLAG ? no_argument
+                                                                    : required_argument,
+                                          NULL, OPTIONS[k].id};
+    long_options[N_OPTIONS] = (struct option){NULL, 0, NULL, 0};
     int c;
-    while ((c = getopt_long(argc, argv, ":o:c:qh", LONG_OPTIONS, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":o:c:qh", long_options, NULL)) != -1) {
         int rc;
         switch (c) {
         case 'o': c = OPT_OUT; break;
@@ -518,7 +491,7 @@ int train_parse_args(train_args *a, cli_training_kind kind, int argc, char **arg
             return cli_usage_error(a->cmd, "unknown option '%s'", argv[optind - 1]);
         default: break;
         }
-        if (kind == CLI_PRETRAIN ? LISTED(TRAIN_ONLY, c) : LISTED(PRETRAIN_ONLY, c))
+        if (has_flag(c, kind == CLI_PRETRAIN ? TRAIN_ONLY : PRETRAIN_ONLY))
             return cli_usage_error(a->cmd, "--%s is an option of attnctl %s only",
                                    option_name(c), kind == CLI_PRETRAIN ? "train" : "pretrain");
         if (c == OPT_QUIET || c == OPT_HELP || c == OPT_KEEP_CHECKPOINT) {
@@ -540,7 +513,7 @@ int train_parse_args(train_args *a, cli_training_kind kind, int argc, char **arg
         a->train_path = argv[optind];
     if (a->v[OPT_RESUME].set) {
         for (int id = OPT_CONFIG; id < OPT_END; id++)
-            if (a->v[id].set && !LISTED(RESUME_ALLOWED, id))
+            if (a->v[id].set && !has_flag(id, RESUME_OK))
                 return cli_usage_error(a->cmd,
                                        "--%s cannot be combined with --resume (a resumed run "
                                        "keeps the settings of its checkpoint)",
@@ -572,11 +545,22 @@ void train_apply_overrides(ac_config *c, const train_args *a)
 {
     const opt_value *v = a->v;
     ac_train_config *t = &c->training;
-    if (v[OPT_EPOCHS].set) t->epochs = (int)v[OPT_EPOCHS].i;
-    if (v[OPT_BATCH_SIZE].set) t->batch_size = (int)v[OPT_BATCH_SIZE].i;
-    if (v[OPT_MICRO_BATCH].set) t->micro_batch = (int)v[OPT_MICRO_BATCH].i;
-    if (v[OPT_LR].set) t->optim.lr = (float)v[OPT_LR].d;
-    if (v[OPT_SCHEDULE].set) t->optim.schedule = (ac_schedule_kind)v[OPT_SCHEDULE].i;
+    for (int k = 0; k < N_OPTIONS; k++) {
+        const option_spec *o = &OPTIONS[k];
+        const opt_value *x = &v[o->id];
+        void *field = (char *)c + o->field;
+        if (!x->set)
+            continue;
+        switch (o->to) {
+        case TO_NONE: break;
+        case TO_INT: *(int *)field = (int)x->i; break;
+        case TO_LONG: *(long *)field = x->i; break;
+        case TO_I64: *(int64_t *)field = x->i; break;
+        case TO_FLOAT: *(float *)field = (float)x->d; break;
+        case TO_DOUBLE: *(double *)field = x->d; break;
+        case TO_U64: *(uint64_t *)field = x->u; break;
+        }
+    }
     if (v[OPT_WARMUP].set) {
         if (v[OPT_WARMUP].d < 1) {
             t->warmup_frac = v[OPT_WARMUP].d;
@@ -585,39 +569,10 @@ void train_apply_overrides(ac_config *c, const train_args *a)
             t->optim.warmup_steps = (long)v[OPT_WARMUP].d;
         }
     }
-    if (v[OPT_WEIGHT_DECAY].set) t->optim.weight_decay = (float)v[OPT_WEIGHT_DECAY].d;
-    if (v[OPT_CLIP].set) t->optim.clip_norm = (float)v[OPT_CLIP].d;
-    if (v[OPT_VAL_SPLIT].set) t->val_split = v[OPT_VAL_SPLIT].d;
-    if (v[OPT_PATIENCE].set) t->patience = (int)v[OPT_PATIENCE].i;
-    if (v[OPT_EVAL_EVERY].set) t->eval_every = v[OPT_EVAL_EVERY].i;
-    if (v[OPT_SEED].set) t->seed = v[OPT_SEED].u;
     if (v[OPT_VOCAB_SIZE].set) {
         t->vocab_max = (int32_t)v[OPT_VOCAB_SIZE].i;
         c->model.vocab_size = (int)v[OPT_VOCAB_SIZE].i;
     }
-    if (v[OPT_MIN_COUNT].set) t->min_count = v[OPT_MIN_COUNT].i;
-    if (v[OPT_DROPOUT].set) c->model.dropout = (float)v[OPT_DROPOUT].d;
-    if (v[OPT_POSITIONS].set) c->model.positions = (ac_positions)v[OPT_POSITIONS].i;
-    if (v[OPT_NGRAMS].set) c->model.ngram_order = (int)v[OPT_NGRAMS].i;
-    if (v[OPT_NGRAM_BUCKETS].set) c->model.ngram_buckets = (int)v[OPT_NGRAM_BUCKETS].i;
-    if (v[OPT_WIDE].set) c->model.wide_order = (int)v[OPT_WIDE].i;
-    if (v[OPT_WIDE_BUCKETS].set) c->model.wide_buckets = (int)v[OPT_WIDE_BUCKETS].i;
-    if (v[OPT_WIDE_NORM].set) c->model.wide_norm = (float)v[OPT_WIDE_NORM].d;
-    if (v[OPT_CROP].set) c->training.crop_frac = v[OPT_CROP].d;
-    if (v[OPT_CROP_MIN].set) c->training.crop_min = (int)v[OPT_CROP_MIN].i;
-    if (v[OPT_CROP_MAX].set) c->training.crop_max = (int)v[OPT_CROP_MAX].i;
-    if (v[OPT_LABEL_SMOOTHING].set) c->training.label_smoothing = (float)v[OPT_LABEL_SMOOTHING].d;
-    if (v[OPT_TOKEN_DROPOUT].set) c->training.token_dropout = (float)v[OPT_TOKEN_DROPOUT].d;
-    if (v[OPT_EMA].set) c->training.ema = (float)v[OPT_EMA].d;
-    if (v[OPT_MEMBERS].set) c->training.members = (int)v[OPT_MEMBERS].i;
-    if (v[OPT_MAX_LEN].set) c->model.max_len = (int)v[OPT_MAX_LEN].i;
-    if (v[OPT_POOLING].set) c->model.pooling = (ac_pooling)v[OPT_POOLING].i;
-    if (v[OPT_LAYERS].set) c->model.n_layers = (int)v[OPT_LAYERS].i;
-    if (v[OPT_D_MODEL].set) c->model.d_model = (int)v[OPT_D_MODEL].i;
-    if (v[OPT_HEADS].set) c->model.n_heads = (int)v[OPT_HEADS].i;
-    if (v[OPT_FF].set) c->model.d_ff = (int)v[OPT_FF].i;
-    if (v[OPT_TRUNCATION].set) c->tokenizer.truncation = (ac_truncation)v[OPT_TRUNCATION].i;
-    if (v[OPT_MASK_FRAC].set) c->training.mask_frac = v[OPT_MASK_FRAC].d;
     if (a->kind == CLI_PRETRAIN) {
         /* What pretraining does not use is 0 in its config.json; its
          * evaluation defaults are its own (see PRETRAIN_*). */

@@ -4,6 +4,7 @@
 #include "attnctl/memory.h"
 #include "attnctl/model.h"
 #include "attnctl/rng.h"
+#include "attnctl/util.h"
 
 #include <limits.h>
 #include <math.h>
@@ -13,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 
 _Static_assert(sizeof(int32_t) == sizeof(float), "pool_argmax shares the float activation block");
 
@@ -534,21 +534,14 @@ const char *ac_model_part_name(int part)
     return part >= 0 && part < AC_N_PARTS ? part_names[part] : "?";
 }
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static double prof_start(const ac_model *m) { return m->profile.enabled ? now_seconds() : 0.0; }
+static double prof_start(const ac_model *m) { return m->profile.enabled ? ac_now_s() : 0.0; }
 
 /* Adds the time since *t to part and restarts the clock. */
 static void prof_lap(ac_model *m, double *t, double *parts, int part)
 {
     if (!m->profile.enabled)
         return;
-    double t1 = now_seconds();
+    double t1 = ac_now_s();
     parts[part] += t1 - *t;
     *t = t1;
 }

@@ -45,7 +45,7 @@ static char *ema_path(const trainer *t, long step, ac_err *err)
 {
     char name[64];
     snprintf(name, sizeof name, "ema-%ld.safetensors", step);
-    return trainer_path_join(t->ckpt_dir, name, err);
+    return ac_path_join(t->ckpt_dir, name, err);
 }
 
 /* The step up to which each table row's average is current, stored as two
@@ -139,7 +139,7 @@ static void remove_ema_files(const trainer *t, const char *keep_name)
         size_t len = strlen(n);
         if (strncmp(n, "ema-", 4) == 0 && len > 16 &&
             strcmp(n + len - 12, ".safetensors") == 0 && (!keep_name || strcmp(n, keep_name) != 0)) {
-            char *p = trainer_path_join(t->ckpt_dir, n, NULL);
+            char *p = ac_path_join(t->ckpt_dir, n, NULL);
             if (p)
                 unlink(p);
             free(p);
@@ -166,7 +166,7 @@ void trainer_drop_finished_state(const trainer *t)
         return;
     static const char *const names[] = {"model.safetensors", "optimizer.safetensors"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        char *p = trainer_path_join(t->ckpt_dir, names[i], NULL);
+        char *p = ac_path_join(t->ckpt_dir, names[i], NULL);
         if (p)
             unlink(p);
         free(p);
@@ -243,20 +243,26 @@ int trainer_recover_checkpoint(trainer *t, ac_err *err)
 {
     int failed = 0;
     if (t->writer) {
-        char *dir = trainer_path_join(t->opt->out_dir, AC_CHECKPOINT_SUBDIR, err);
+        char *dir = ac_path_join(t->opt->out_dir, AC_CHECKPOINT_SUBDIR, err);
         int completed;
         failed = !dir || ac_checkpoint_recover(dir, &completed, err) != 0;
         if (dir && failed)
             ac_err_prefix(err, "resume");
         free(dir);
     }
-    if (!t->comm)
-        return failed ? -1 : 0;
-    double any = failed;
-    ac_err local;
-    if (t->comm->sum_doubles(t->comm, &any, 1, failed ? &local : err))
-        return -1;
-    if (any > 0 && !failed)
-        return ac_err_set(err, "another process failed to start training (its message is above)");
-    return failed ? -1 : 0;
+    trainer_agreement agreed;
+    return trainer_agree(t, failed, 0, NULL, 0,
+                         "another process failed to start training (its message is above)",
+                         &agreed, err);
+}
+
+int trainer_non_finite_error(const trainer *t, long step, const char *what, double v, ac_err *err)
+{
+    char where[160];
+    if (t->ckpt_step >= 0)
+        snprintf(where, sizeof where, "the checkpoint of step %ld is intact", t->ckpt_step);
+    else
+        snprintf(where, sizeof where, "no checkpoint was saved yet");
+    return ac_err_set(err, "step %ld: %s is %s (learning rate too high?); training stopped, %s",
+                      step, what, isnan(v) ? "NaN" : "infinite", where);
 }

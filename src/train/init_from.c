@@ -36,7 +36,7 @@ static int field_value(const ac_model_config *c, size_t i)
 
 static int vocab_in(const char *dir, ac_vocab *v, ac_err *err)
 {
-    char *path = trainer_path_join(dir, "vocab.txt", err);
+    char *path = ac_path_join(dir, "vocab.txt", err);
     if (!path)
         return -1;
     int rc = ac_vocab_load(v, path, err);

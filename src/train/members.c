@@ -43,7 +43,7 @@ static char *member_path(const trainer *t, int member, ac_err *err)
 {
     char name[64];
     snprintf(name, sizeof name, "member-%d.safetensors", member + 1);
-    return trainer_path_join(t->ckpt_dir, name, err);
+    return ac_path_join(t->ckpt_dir, name, err);
 }
 
 /* The model's tensors of params (in the model's layout) into path. */
@@ -99,7 +99,7 @@ int trainer_save_member_start(trainer *t, ac_err *err)
 {
     if (!t->writer)
         return 0;
-    char *path = trainer_path_join(t->ckpt_dir, MEMBER_START_FILE, err);
+    char *path = ac_path_join(t->ckpt_dir, MEMBER_START_FILE, err);
     if (!path)
         return -1;
     int rc = save_weights(t, path, t->model.params, err);
@@ -123,7 +123,7 @@ int trainer_save_member(trainer *t, ac_err *err)
 
 int trainer_next_member(trainer *t, ac_err *err)
 {
-    char *path = trainer_path_join(t->ckpt_dir, MEMBER_START_FILE, err);
+    char *path = ac_path_join(t->ckpt_dir, MEMBER_START_FILE, err);
     if (!path)
         return -1;
     int rc = load_weights(t, path, t->model.params, NULL, err);
@@ -197,7 +197,7 @@ void trainer_remove_member_files(const trainer *t)
 {
     if (!t->writer)
         return;
-    char *start = trainer_path_join(t->ckpt_dir, MEMBER_START_FILE, NULL);
+    char *start = ac_path_join(t->ckpt_dir, MEMBER_START_FILE, NULL);
     if (start)
         unlink(start);
     free(start);

@@ -67,11 +67,7 @@ int trainer_write_metrics_and_curves(const trainer *t, ac_err *err)
     free(text);
     if (rc)
         return rc;
-    static const ac_curves_labels PRETRAINING = {"Pretraining (masked LM)", "held-out loss",
-                                                 "masked-token accuracy (held out)"};
-    char *svg = ac_curves_svg(t->points, t->n_points,
-                              t->cfg.model.objective == AC_OBJECTIVE_MASKED_LM ? &PRETRAINING
-                                                                               : NULL);
+    char *svg = ac_curves_svg(t->points, t->n_points, t->obj->curves);
     if (!svg)
         return ac_err_set(err, "out of memory");
     rc = ac_write_file_atomic(t->svg_path, svg, strlen(svg), err);

@@ -1,7 +1,7 @@
 /* The masked-LM objective of the training loop (attnctl pretrain): what a
  * pretraining run checks, how a step masks its batch, what an evaluation
- * measures, and the text files it records for --resume. The loop itself is
- * trainer.c's, shared with the classifier. */
+ * measures, and the text files it records for --resume. The loop calls it
+ * through trainer_masked_lm, as it calls the classifier. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +10,7 @@
 #include "attnctl/rng.h"
 #include "trainer_internal.h"
 
-int pretrain_check_options(const ac_train_options *o, ac_err *err)
+static int pretrain_check_options(const ac_train_options *o, ac_err *err)
 {
     if (o->train->n_rows <= 0)
         return ac_err_set(err, "the text has no rows");
@@ -28,13 +28,13 @@ int pretrain_check_options(const ac_train_options *o, ac_err *err)
     return 0;
 }
 
-size_t pretrain_memory_bytes(const trainer *t)
+static size_t pretrain_memory_bytes(const trainer *t)
 {
     return ac_mlm_bytes(&t->cfg.model, t->cfg.training.batch_size, t->cfg.model.max_len,
                         t->cfg.training.mask_frac);
 }
 
-int pretrain_setup(trainer *t, ac_err *err)
+static int pretrain_setup(trainer *t, ac_err *err)
 {
     if (t->vocab.mask_id < 0)
         return ac_err_set(err, "the vocabulary has no <mask> token: not a pretraining run");
@@ -52,7 +52,7 @@ int pretrain_setup(trainer *t, ac_err *err)
     return 0;
 }
 
-void pretrain_free(trainer *t)
+static void pretrain_free(trainer *t)
 {
     if (t->have_mlm)
         ac_mlm_free(&t->mlm);
@@ -77,7 +77,8 @@ static uint64_t step_mask_key(const trainer *t)
     return ac_rng_key(ac_rng_key(t->cfg.training.seed, STREAM_MASK), (uint64_t)t->state.step);
 }
 
-int pretrain_count_masked(trainer *t, const ac_batch *b, int64_t first_row, ac_err *err)
+static int pretrain_count_masked(trainer *t, const ac_batch *b, int64_t first_row,
+                                 ac_err *err)
 {
     int M = ac_mlm_count_masked(&t->masking, b->ids, b->lengths, b->B, b->T, step_mask_key(t),
                                 first_row);
@@ -86,8 +87,8 @@ int pretrain_count_masked(trainer *t, const ac_batch *b, int64_t first_row, ac_e
     return M;
 }
 
-int pretrain_forward(trainer *t, const ac_batch *b, uint64_t dropout_key, int64_t first_row,
-                     float *loss, ac_err *err)
+static int pretrain_forward(trainer *t, const ac_batch *b, uint64_t dropout_key,
+                            int64_t first_row, float *loss, ac_err *err)
 {
     int M = mask_batch(t, b, step_mask_key(t), first_row, err);
     if (M < 0)
@@ -100,7 +101,7 @@ int pretrain_forward(trainer *t, const ac_batch *b, uint64_t dropout_key, int64_
 
 /* The held-out batches are masked the same way at every evaluation (keys
  * from the seed and the batch index), so the figures of a run compare. */
-int pretrain_evaluate(trainer *t, double *loss, double *accuracy, ac_err *err)
+static int pretrain_evaluate(trainer *t, double *loss, double *accuracy, ac_err *err)
 {
     ac_batch *b = &t->batch;
     ac_mlm *h = &t->mlm;
@@ -113,7 +114,7 @@ int pretrain_evaluate(trainer *t, double *loss, double *accuracy, ac_err *err)
     trainer_rank_share(t, n_batches, &first, &last);
     int abandoned = 0;
     for (int64_t i = first; i < last; i++) {
-        if (trainer_stop_requested(t)) { /* see evaluate() in evaluate.c */
+        if (trainer_stop_requested(t)) { /* see evaluate_plan() in classifier.c */
             abandoned = 1;
             break;
         }
@@ -129,9 +130,11 @@ int pretrain_evaluate(trainer *t, double *loss, double *accuracy, ac_err *err)
         if (!isfinite(l) && !t->comm)
             break;
     }
-    int agreed = trainer_agree_abandon(t, abandoned, err);
-    if (agreed != 0)
-        return agreed < 0 ? -1 : TRAINER_EVAL_ABANDONED;
+    trainer_agreement agreed;
+    if (trainer_agree(t, 0, abandoned, NULL, 0, NULL, &agreed, err))
+        return -1;
+    if (agreed.stopped)
+        return TRAINER_EVAL_ABANDONED;
     if (trainer_share_eval_slots(t, 3 * (size_t)n_batches, err))
         return -1;
     /* In batch order, whichever rank computed a batch. */
@@ -150,7 +153,7 @@ int pretrain_evaluate(trainer *t, double *loss, double *accuracy, ac_err *err)
     return 0;
 }
 
-int pretrain_provenance(trainer *t, ac_err *err)
+static int pretrain_provenance(trainer *t, ac_err *err)
 {
     const ac_train_options *o = t->opt;
     ac_provenance *pv = &t->cfg.provenance;
@@ -177,7 +180,7 @@ int pretrain_provenance(trainer *t, ac_err *err)
 
 /* ----------------------------------------------------------- run.json */
 
-int pretrain_sources_to_json(const trainer *t, cJSON *root, ac_err *err)
+static int pretrain_sources_to_json(const trainer *t, cJSON *root, ac_err *err)
 {
     const ac_train_options *o = t->opt;
     if (!cJSON_AddStringToObject(root, "text_format", ac_text_format_name(o->text_format)))
@@ -204,44 +207,7 @@ int pretrain_sources_to_json(const trainer *t, cJSON *root, ac_err *err)
     return 0;
 }
 
-static int text_file_entry(const cJSON *file, int i, ac_train_sources *s, const char *path,
-                           ac_err *err)
-{
-    const cJSON *p = cJSON_GetObjectItemCaseSensitive(file, "path");
-    const cJSON *sha = cJSON_GetObjectItemCaseSensitive(file, "sha256");
-    if (!cJSON_IsString(p) || !p->valuestring[0] || !cJSON_IsString(sha))
-        return ac_err_set(err, "%s: text_files[%d]: must be {\"path\": ..., \"sha256\": ...}",
-                          path, i);
-    s->text_files[i] = strdup(p->valuestring);
-    s->text_sha256[i] = strdup(sha->valuestring);
-    if (!s->text_files[i] || !s->text_sha256[i])
-        return ac_err_set(err, "out of memory");
-    return 0;
-}
-
-int pretrain_sources_from_json(const cJSON *root, ac_train_sources *s, const char *path,
-                               ac_err *err)
-{
-    const cJSON *format = cJSON_GetObjectItemCaseSensitive(root, "text_format");
-    const cJSON *files = cJSON_GetObjectItemCaseSensitive(root, "text_files");
-    if (!cJSON_IsString(format) || ac_text_format_parse(format->valuestring, &s->text_format))
-        return ac_err_set(err, "%s: text_format: must be \"auto\", \"csv\" or \"lines\"", path);
-    if (!cJSON_IsArray(files) || cJSON_GetArraySize(files) < 1)
-        return ac_err_set(err, "%s: text_files: must be a list of the text files", path);
-    int n = cJSON_GetArraySize(files);
-    s->text_files = calloc((size_t)n, sizeof *s->text_files);
-    s->text_sha256 = calloc((size_t)n, sizeof *s->text_sha256);
-    if (!s->text_files || !s->text_sha256)
-        return ac_err_set(err, "out of memory");
-    s->n_text_files = n;
-    int i = 0;
-    for (const cJSON *file = files->child; file; file = file->next, i++)
-        if (text_file_entry(file, i, s, path, err))
-            return -1;
-    return 0;
-}
-
-int pretrain_check_sources(const trainer *t, ac_err *err)
+static int pretrain_check_sources(trainer *t, ac_err *err)
 {
     const ac_train_options *o = t->opt;
     if (!o->text_paths)
@@ -265,3 +231,57 @@ int pretrain_check_sources(const trainer *t, ac_err *err)
     ac_train_sources_free(&run);
     return rc;
 }
+
+static int pretrain_prepare_config(trainer *t, ac_err *err)
+{
+    t->cfg.training.members = 1; /* one encoder: a weight average is a classifier's */
+    return 0;
+}
+
+/* A micro-batch's share of the step's mean loss: its masked positions. */
+static int pretrain_micro_weight(trainer *t, int64_t batch, int first_row, int n_rows,
+                                 ac_err *err)
+{
+    ac_batch_fill_rows(&t->batch, &t->train_corpus, &t->plan, batch, first_row, n_rows);
+    return pretrain_count_masked(t, &t->batch, first_row, err);
+}
+
+static void pretrain_backward(trainer *t, int mean_rows)
+{
+    t->mlm.mean_rows = mean_rows;
+    ac_mlm_backward(&t->model, &t->mlm);
+    t->mlm.mean_rows = 0;
+}
+
+static int pretrain_evaluate_point(trainer *t, ac_metric_point *p, ac_err *err)
+{
+    if (t->n_val == 0)
+        return 0;
+    return pretrain_evaluate(t, &p->val_loss, &p->val_accuracy, err);
+}
+
+static const ac_curves_labels PRETRAINING_CURVES = {
+    "Pretraining (masked LM)", "held-out loss", "masked-token accuracy (held out)"};
+
+const trainer_objective trainer_masked_lm = {
+    .id = AC_OBJECTIVE_MASKED_LM,
+    .run_name = "pretraining",
+    .command = "pretrain",
+    .labelled = 0,
+    .vocab_specials = AC_VOCAB_WITH_MASK,
+    .curves = &PRETRAINING_CURVES,
+    .check_options = pretrain_check_options,
+    .prepare_config = pretrain_prepare_config,
+    .provenance = pretrain_provenance,
+    .check_resume_data = pretrain_check_sources,
+    .sources_to_json = pretrain_sources_to_json,
+    .memory_bytes = pretrain_memory_bytes,
+    .setup = pretrain_setup,
+    .setup_validation = NULL,
+    .free = pretrain_free,
+    .micro_weight = pretrain_micro_weight,
+    .forward = pretrain_forward,
+    .backward = pretrain_backward,
+    .evaluate = pretrain_evaluate_point,
+    .after_best = NULL,
+};

@@ -11,9 +11,10 @@
 #include "attnctl/rng.h"
 #include "trainer_internal.h"
 
-/* Short-span validation: one span of this many tokens per validation row. */
-#define SPAN_MIN_TOKENS 5
-#define SPAN_MAX_TOKENS 40
+const trainer_objective *trainer_objective_of(ac_objective id)
+{
+    return id == AC_OBJECTIVE_MASKED_LM ? &trainer_masked_lm : &trainer_classifier;
+}
 
 static int64_t *identity_index(int64_t n)
 {
@@ -22,48 +23,6 @@ static int64_t *identity_index(int64_t n)
         for (int64_t i = 0; i < n; i++)
             idx[i] = i;
     return idx;
-}
-
-/* Replaces cfg->labels by a copy of the data's class names. */
-static int set_labels(ac_config *cfg, const ac_rawdata *d, ac_err *err)
-{
-    char **labels = calloc((size_t)d->n_classes, sizeof *labels);
-    if (!labels)
-        return ac_err_set(err, "out of memory");
-    for (int i = 0; i < d->n_classes; i++) {
-        labels[i] = strdup(d->classes[i]);
-        if (!labels[i]) {
-            for (int j = 0; j < i; j++)
-                free(labels[j]);
-            free(labels);
-            return ac_err_set(err, "out of memory");
-        }
-    }
-    cfg->labels = labels;
-    cfg->n_labels = d->n_classes;
-    return 0;
-}
-
-static int classes_match(const ac_rawdata *d, char *const *labels, int n)
-{
-    if (d->n_classes != n)
-        return 0;
-    for (int i = 0; i < n; i++)
-        if (strcmp(d->classes[i], labels[i]) != 0)
-            return 0;
-    return 1;
-}
-
-static int check_labelled(const ac_rawdata *d, const char *what, ac_err *err)
-{
-    if (!d->labels)
-        return ac_err_set(err, "%s has no label column", what);
-    if (d->n_rows <= 0)
-        return ac_err_set(err, "%s has no rows", what);
-    if (d->n_classes < 2)
-        return ac_err_set(err, "%s has %d class%s; training needs at least 2", what, d->n_classes,
-                          d->n_classes == 1 ? "" : "es");
-    return 0;
 }
 
 static int split_rows(trainer *t, ac_err *err)
@@ -87,7 +46,7 @@ static int split_rows(trainer *t, ac_err *err)
         /* Unlabelled texts: a random split (one class, all zeros). */
         int32_t *one_class = NULL;
         const int32_t *labels = o->train->labels;
-        if (t->cfg.model.objective == AC_OBJECTIVE_MASKED_LM) {
+        if (!t->obj->labelled) {
             one_class = calloc((size_t)(o->train->n_rows > 0 ? o->train->n_rows : 1),
                                sizeof *one_class);
             if (!one_class)
@@ -151,7 +110,7 @@ static int allocate_training_memory(trainer *t, ac_err *err)
     size_t act = ac_model_activation_bytes(mc, B, T);
     size_t params = t->model.n_params * sizeof(float) * 4; /* weights, grads, 2 moments */
     size_t batch = (size_t)B * (size_t)T * sizeof(int32_t) + (size_t)B * 16;
-    size_t head = mc->objective == AC_OBJECTIVE_MASKED_LM ? pretrain_memory_bytes(t) : 0;
+    size_t head = t->obj->memory_bytes ? t->obj->memory_bytes(t) : 0;
     t->memory_bytes = act + params + batch + head;
     const double mib = 1024.0 * 1024.0;
     long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
@@ -180,9 +139,7 @@ static int allocate_training_memory(trainer *t, ac_err *err)
         !t->batch.rows)
         return ac_err_set(err, "out of memory allocating %.0f MiB for the optimizer state",
                           (double)params / mib / 2);
-    if (mc->objective == AC_OBJECTIVE_MASKED_LM)
-        return pretrain_setup(t, err);
-    return 0;
+    return t->obj->setup ? t->obj->setup(t, err) : 0;
 }
 
 /* The configuration must survive its own file format, or the checkpoint
@@ -209,11 +166,9 @@ static int setup_fresh(trainer *t, ac_err *err)
     t->cfg.labels = NULL;
     t->cfg.n_labels = 0;
     t->have_cfg = 1;
-    const int masked_lm = o->objective == AC_OBJECTIVE_MASKED_LM;
+    const int labelled = t->obj->labelled;
     t->cfg.model.objective = o->objective;
-    if (masked_lm) /* pretraining trains one encoder: a weight average is a classifier's */
-        t->cfg.training.members = 1;
-    if (!masked_lm && set_labels(&t->cfg, o->train, err))
+    if (t->obj->prepare_config(t, err))
         return -1;
     if (split_rows(t, err))
         return -1;
@@ -226,15 +181,15 @@ static int setup_fresh(trainer *t, ac_err *err)
         /* Pretraining learns from all its text; a classifier's vocabulary
          * comes from its training rows only. */
         int specials = (t->cfg.model.pooling == AC_POOL_CLS ? AC_VOCAB_WITH_CLS : 0) |
-                       (masked_lm ? AC_VOCAB_WITH_MASK : 0);
-        if (ac_vocab_build(&t->vocab, o->train, masked_lm ? NULL : t->train_idx,
-                           masked_lm ? o->train->n_rows : t->n_train, &t->cfg.tokenizer,
+                       t->obj->vocab_specials;
+        if (ac_vocab_build(&t->vocab, o->train, labelled ? t->train_idx : NULL,
+                           labelled ? t->n_train : o->train->n_rows, &t->cfg.tokenizer,
                            tc->vocab_max, tc->min_count, specials, err))
             return ac_err_prefix(err, "building the vocabulary");
         t->have_vocab = 1;
     }
     t->cfg.model.vocab_size = t->vocab.size;
-    t->cfg.model.n_classes = masked_lm ? 0 : o->train->n_classes;
+    t->cfg.model.n_classes = labelled ? o->train->n_classes : 0;
     t->cfg.model.temperature = 1.0f; /* fitted on the validation rows as training goes */
     if (ac_model_config_validate(&t->cfg.model, err))
         return ac_err_prefix(err, "model configuration");
@@ -254,16 +209,8 @@ static int setup_fresh(trainer *t, ac_err *err)
     snprintf(pv->version, sizeof pv->version, "%s", AC_VERSION);
     if (o->init_dir)
         snprintf(pv->init_model, sizeof pv->init_model, "%s", o->init_dir);
-    if (masked_lm) {
-        if (pretrain_provenance(t, err))
-            return -1;
-    } else if (o->train_path) {
-        if (trainer_copy_string(pv->train_file, sizeof pv->train_file, o->train_path,
-                                "training file path", err))
-            return -1;
-        if (ac_sha256_file(o->train_path, pv->train_sha256, err))
-            return -1;
-    }
+    if (t->obj->provenance(t, err))
+        return -1;
     pv->rows_used = t->n_train;
     pv->best_val_accuracy = -1.0;
 
@@ -274,7 +221,7 @@ static int setup_fresh(trainer *t, ac_err *err)
 static int setup_resume(trainer *t, ac_err *err)
 {
     const ac_train_options *o = t->opt;
-    char *state_path = trainer_path_join(t->ckpt_dir, "trainer_state.json", err);
+    char *state_path = ac_path_join(t->ckpt_dir, "trainer_state.json", err);
     if (!state_path)
         return -1;
     int missing = access(state_path, F_OK) != 0;
@@ -302,27 +249,12 @@ static int setup_resume(trainer *t, ac_err *err)
     t->model = md.model;
     t->have_model = 1;
 
-    const int masked_lm = t->cfg.model.objective == AC_OBJECTIVE_MASKED_LM;
-    if (masked_lm != (o->objective == AC_OBJECTIVE_MASKED_LM))
+    const trainer_objective *run = trainer_objective_of(t->cfg.model.objective);
+    if (run != t->obj)
         return ac_err_set(err, "resume: %s holds a %s run (continue it with attnctl %s --resume)",
-                          t->ckpt_dir, masked_lm ? "pretraining" : "classifier training",
-                          masked_lm ? "pretrain" : "train");
-    if (!masked_lm && !classes_match(o->train, t->cfg.labels, t->cfg.n_labels))
-        return ac_err_set(err, "resume: the training file's classes differ from the checkpoint's "
-                               "(%d in the file, %d in %s/config.json)",
-                          o->train->n_classes, t->cfg.n_labels, t->ckpt_dir);
-    const ac_provenance *pv = &t->cfg.provenance;
-    if (masked_lm && pretrain_check_sources(t, err))
+                          t->ckpt_dir, run->run_name, run->command);
+    if (t->obj->check_resume_data(t, err))
         return -1;
-    if (!masked_lm && o->train_path && pv->train_sha256[0]) {
-        char sha[65];
-        if (ac_sha256_file(o->train_path, sha, err))
-            return -1;
-        if (strcmp(sha, pv->train_sha256) != 0)
-            return ac_err_set(err, "resume: %s is not the file the run was started with "
-                                   "(SHA-256 differs from %s/config.json)",
-                              o->train_path, t->ckpt_dir);
-    }
     if (split_rows(t, err))
         return -1;
     if (encode_corpora(t, err))
@@ -376,13 +308,13 @@ static int setup_micro_batches(trainer *t, ac_err *err)
                           ranks, t->max_micro, t->max_micro == 1 ? "" : "es", tc->batch_size,
                           t->micro_batch, t->max_micro, t->max_micro == 1 ? "" : "es");
     t->step_slots = calloc((size_t)t->max_micro + 3, sizeof *t->step_slots);
-    t->micro_masked = calloc((size_t)t->max_micro, sizeof *t->micro_masked);
+    t->micro_weights = calloc((size_t)t->max_micro, sizeof *t->micro_weights);
     int64_t val_batches = t->have_val_plan ? t->val_plan.n_batches : 0;
     int64_t span_batches = t->have_span_plan ? t->span_plan.n_batches : 0;
     int64_t most = val_batches > span_batches ? val_batches : span_batches;
     t->eval_slots = calloc(3 * (size_t)(most > 0 ? most : 1), sizeof *t->eval_slots);
     t->gather_offsets = calloc((size_t)ranks + 1, sizeof *t->gather_offsets);
-    if (!t->step_slots || !t->micro_masked || !t->eval_slots || !t->gather_offsets)
+    if (!t->step_slots || !t->micro_weights || !t->eval_slots || !t->gather_offsets)
         return ac_err_set(err, "out of memory");
     if (t->max_micro > 1) {
         long positions = (long)tc->batch_size * (long)t->cfg.model.max_len;
@@ -398,24 +330,21 @@ int trainer_setup(trainer *t, ac_err *err)
     const ac_train_options *o = t->opt;
     if (!o->train || !o->out_dir)
         return ac_err_set(err, "training data and output directory are required");
-    if (o->objective == AC_OBJECTIVE_MASKED_LM) {
-        if (pretrain_check_options(o, err))
-            return -1;
-    } else if (check_labelled(o->train, "the training data", err)) {
+    t->obj = trainer_objective_of(o->objective);
+    if (t->obj->check_options(o, err))
         return -1;
-    }
     if (o->init_dir && (o->resume || o->objective != AC_OBJECTIVE_CLASSIFICATION))
         return ac_err_set(err, "starting from a pretrained model is for a fresh classifier run");
     if (o->val) {
-        if (check_labelled(o->val, "the validation data", err))
+        if (trainer_check_labelled(o->val, "the validation data", err))
             return -1;
-        if (!classes_match(o->val, o->train->classes, o->train->n_classes))
+        if (!trainer_classes_match(o->val, o->train->classes, o->train->n_classes))
             return ac_err_set(err, "the validation data's classes differ from the training data's");
     }
-    if (!(t->ckpt_dir = trainer_path_join(o->out_dir, AC_CHECKPOINT_SUBDIR, err)) ||
-        !(t->metrics_path = trainer_path_join(o->out_dir, AC_METRICS_FILE, err)) ||
-        !(t->svg_path = trainer_path_join(o->out_dir, AC_CURVES_FILE, err)) ||
-        !(t->calibration_path = trainer_path_join(o->out_dir, AC_CALIBRATION_FILE, err)))
+    if (!(t->ckpt_dir = ac_path_join(o->out_dir, AC_CHECKPOINT_SUBDIR, err)) ||
+        !(t->metrics_path = ac_path_join(o->out_dir, AC_METRICS_FILE, err)) ||
+        !(t->svg_path = ac_path_join(o->out_dir, AC_CURVES_FILE, err)) ||
+        !(t->calibration_path = ac_path_join(o->out_dir, AC_CALIBRATION_FILE, err)))
         return -1;
     if (t->writer && ac_mkdir_p(o->out_dir, err))
         return -1;
@@ -426,7 +355,6 @@ int trainer_setup(trainer *t, ac_err *err)
     const ac_train_config *tc = &t->cfg.training;
     if (tc->epochs < 1 || tc->batch_size < 1)
         return ac_err_set(err, "training.epochs and training.batch_size must be at least 1");
-    const int masked_lm = t->cfg.model.objective == AC_OBJECTIVE_MASKED_LM;
     t->model.label_smoothing = tc->label_smoothing;
     t->model.token_dropout = tc->token_dropout;
     if (tc->ema > 0) {
@@ -449,30 +377,8 @@ int trainer_setup(trainer *t, ac_err *err)
             return ac_err_prefix(err, "batching the validation rows");
         t->have_val_plan = 1;
     }
-    if (t->n_val > 0 && !masked_lm) {
-        ac_crop_spec spans = {.frac = 1.0,
-                              .min_len = SPAN_MIN_TOKENS,
-                              .max_len = SPAN_MAX_TOKENS,
-                              .keep_first = t->cfg.model.pooling == AC_POOL_CLS,
-                              .key = ac_rng_key(tc->seed, STREAM_SPANS)};
-        if (ac_batch_plan_make_cropped(&t->span_plan, t->val_src, t->val_idx, t->n_val,
-                                       tc->batch_size, 0, 0, &spans, err))
-            return ac_err_prefix(err, "cutting the validation rows to short spans");
-        t->have_span_plan = 1;
-        int C = t->cfg.model.n_classes;
-        t->val_logits = malloc((size_t)t->n_val * (size_t)C * sizeof *t->val_logits);
-        t->span_logits = malloc((size_t)t->n_val * (size_t)C * sizeof *t->span_logits);
-        t->val_labels = malloc((size_t)t->n_val * sizeof *t->val_labels);
-        t->val_probs = malloc((size_t)C * sizeof *t->val_probs);
-        t->val_scaled = malloc((size_t)C * sizeof *t->val_scaled);
-        t->val_predicted = malloc((size_t)C * sizeof *t->val_predicted);
-        if (!t->val_logits || !t->span_logits || !t->val_labels || !t->val_probs ||
-            !t->val_scaled || !t->val_predicted)
-            return ac_err_set(err, "out of memory for the validation logits");
-        if (ac_metrics_init(&t->val_metrics, C, t->n_val, err))
-            return -1;
-        t->have_val_metrics = 1;
-    }
+    if (t->n_val > 0 && t->obj->setup_validation && t->obj->setup_validation(t, err))
+        return -1;
 
     if (setup_micro_batches(t, err))
         return -1;
@@ -519,13 +425,13 @@ int trainer_setup(trainer *t, ac_err *err)
             t->elapsed_base = t->points[t->n_points - 1].elapsed_s;
         if (trainer_write_metrics_and_curves(t, err))
             return -1;
-        char *model_path = trainer_path_join(o->out_dir, "model.safetensors", err);
+        char *model_path = ac_path_join(o->out_dir, "model.safetensors", err);
         if (!model_path)
             return -1;
         t->model_saved = access(model_path, F_OK) == 0;
         free(model_path);
         /* the data may have moved: record where it is now */
-        if (o->train_path || (t->cfg.model.objective == AC_OBJECTIVE_MASKED_LM && o->text_paths))
+        if (o->train_path || (t->obj->sources_to_json && o->text_paths))
             return trainer_write_sources(t, err);
         return 0;
     }
@@ -577,7 +483,7 @@ void trainer_free(trainer *t)
     free(t->val_logits);
     free(t->span_logits);
     free(t->val_labels);
-    free(t->micro_masked);
+    free(t->micro_weights);
     free(t->step_slots);
     free(t->eval_slots);
     free(t->gather_offsets);
@@ -590,5 +496,6 @@ void trainer_free(trainer *t)
         ac_metrics_free(&t->val_metrics);
     if (t->have_init)
         ac_model_dir_free(&t->init);
-    pretrain_free(t);
+    if (t->obj && t->obj->free)
+        t->obj->free(t);
 }

@@ -33,8 +33,7 @@ int trainer_write_sources(const trainer *t, ac_err *err)
         !cJSON_AddStringToObject(root, "label_column", o->label_column ? o->label_column : "") ||
         !cJSON_AddStringToObject(root, "objective", ac_objective_name(t->cfg.model.objective)))
         goto oom;
-    if (t->cfg.model.objective == AC_OBJECTIVE_MASKED_LM &&
-        pretrain_sources_to_json(t, root, err) != 0)
+    if (t->obj->sources_to_json && t->obj->sources_to_json(t, root, err) != 0)
         goto done;
     if (o->teachers && o->teachers[0]) {
         abs_unlabelled = o->unlabelled_path ? realpath(o->unlabelled_path, NULL) : NULL;
@@ -52,7 +51,7 @@ int trainer_write_sources(const trainer *t, ac_err *err)
     char *text = cJSON_Print(root);
     if (!text)
         goto oom;
-    char *path = trainer_path_join(t->ckpt_dir, AC_RUN_FILE, err);
+    char *path = ac_path_join(t->ckpt_dir, AC_RUN_FILE, err);
     if (path) {
         size_t len = strlen(text);
         text[len] = '\n'; /* replaces the NUL; written with its length */
@@ -79,7 +78,7 @@ static int json_string_field(const cJSON *root, const char *key, char *dst, size
         return ac_err_set(err, "%s: %s: must be a string", path, key);
     char what[256];
     snprintf(what, sizeof what, "%s: %s", path, key);
-    return trainer_copy_string(dst, cap, item->valuestring, what, err);
+    return ac_copy_string(dst, cap, item->valuestring, what, err);
 }
 
 /* run.json's "self_training" object, when the run had teachers. */
@@ -108,6 +107,44 @@ static int self_training_from_json(const cJSON *root, ac_train_sources *s, const
         return ac_err_set(err, "%s: self_training.teachers: must not be empty", path);
     s->pseudo_threshold = threshold->valuedouble;
     s->n_pseudo = (int64_t)rows->valuedouble;
+    return 0;
+}
+
+static int text_file_entry(const cJSON *file, int i, ac_train_sources *s, const char *path,
+                           ac_err *err)
+{
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(file, "path");
+    const cJSON *sha = cJSON_GetObjectItemCaseSensitive(file, "sha256");
+    if (!cJSON_IsString(p) || !p->valuestring[0] || !cJSON_IsString(sha))
+        return ac_err_set(err, "%s: text_files[%d]: must be {\"path\": ..., \"sha256\": ...}",
+                          path, i);
+    s->text_files[i] = strdup(p->valuestring);
+    s->text_sha256[i] = strdup(sha->valuestring);
+    if (!s->text_files[i] || !s->text_sha256[i])
+        return ac_err_set(err, "out of memory");
+    return 0;
+}
+
+/* run.json's text files of a masked-LM run, with their SHA-256 and format. */
+static int text_files_from_json(const cJSON *root, ac_train_sources *s, const char *path,
+                                ac_err *err)
+{
+    const cJSON *format = cJSON_GetObjectItemCaseSensitive(root, "text_format");
+    const cJSON *files = cJSON_GetObjectItemCaseSensitive(root, "text_files");
+    if (!cJSON_IsString(format) || ac_text_format_parse(format->valuestring, &s->text_format))
+        return ac_err_set(err, "%s: text_format: must be \"auto\", \"csv\" or \"lines\"", path);
+    if (!cJSON_IsArray(files) || cJSON_GetArraySize(files) < 1)
+        return ac_err_set(err, "%s: text_files: must be a list of the text files", path);
+    int n = cJSON_GetArraySize(files);
+    s->text_files = calloc((size_t)n, sizeof *s->text_files);
+    s->text_sha256 = calloc((size_t)n, sizeof *s->text_sha256);
+    if (!s->text_files || !s->text_sha256)
+        return ac_err_set(err, "out of memory");
+    s->n_text_files = n;
+    int i = 0;
+    for (const cJSON *file = files->child; file; file = file->next, i++)
+        if (text_file_entry(file, i, s, path, err))
+            return -1;
     return 0;
 }
 
@@ -146,7 +183,7 @@ int ac_train_sources_load(const char *out_dir, ac_train_sources *s, ac_err *err)
             rc = ac_err_set(err, "%s: objective: must be \"classification\" or \"masked_lm\"",
                             path);
         if (rc == 0 && s->objective == AC_OBJECTIVE_MASKED_LM)
-            rc = pretrain_sources_from_json(root, s, path, err);
+            rc = text_files_from_json(root, s, path, err);
         if (rc == 0)
             rc = self_training_from_json(root, s, path, err);
         cJSON_Delete(root);

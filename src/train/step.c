@@ -3,6 +3,7 @@
  * the clip, the AdamW update and the weight average. Apart from the loop
  * because it is the hot path and the one place gradients are combined. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "attnctl/rng.h"
@@ -20,24 +21,11 @@ static uint64_t step_dropout_key(const trainer *t)
 static int forward_backward(trainer *t, const ac_batch *b, uint64_t dropout_key,
                             int64_t first_row, int mean_rows, float *loss, ac_err *err)
 {
-    ac_model *m = &t->model;
-    if (t->cfg.model.objective == AC_OBJECTIVE_MASKED_LM) {
-        if (pretrain_forward(t, b, dropout_key, first_row, loss, err))
-            return -1;
-    } else {
-        *loss = ac_model_forward(m, b->ids, b->lengths, b->labels, b->B, b->T, 1, dropout_key);
-    }
+    if (t->obj->forward(t, b, dropout_key, first_row, loss, err))
+        return -1;
     if (!isfinite(*loss))
         return trainer_non_finite_error(t, trainer_global_step(t) + 1, "the training loss", *loss, err);
-    if (t->cfg.model.objective == AC_OBJECTIVE_MASKED_LM) {
-        t->mlm.mean_rows = mean_rows;
-        ac_mlm_backward(m, &t->mlm);
-        t->mlm.mean_rows = 0;
-    } else {
-        m->mean_rows = mean_rows;
-        ac_model_backward(m);
-        m->mean_rows = 0;
-    }
+    t->obj->backward(t, mean_rows);
     return 0;
 }
 
@@ -51,22 +39,18 @@ static int micro_batch_gradient(trainer *t, int64_t batch, int rows, int n_micro
     ac_model *m = &t->model;
     ac_batch *b = &t->batch;
     const int mb = t->micro_batch;
-    const int masked_lm = t->cfg.model.objective == AC_OBJECTIVE_MASKED_LM;
-    /* Masked LM: the step's loss is a mean over all its masked positions. */
-    int mean_rows = rows;
-    if (masked_lm) {
-        mean_rows = 0;
-        for (int j = 0; j < n_micro; j++) {
-            int first = j * mb, n = rows - first < mb ? rows - first : mb;
-            ac_batch_fill_rows(b, &t->train_corpus, &t->plan, batch, first, n);
-            int M = pretrain_count_masked(t, b, first, err);
-            if (M < 0) {
-                *failed_here = 1;
-                return -1;
-            }
-            t->micro_masked[j] = M;
-            mean_rows += M;
+    /* The step's loss is a mean over all its rows (the classifier) or all
+     * its masked positions (the masked LM): each micro-batch's weight. */
+    int mean_rows = 0;
+    for (int j = 0; j < n_micro; j++) {
+        int first = j * mb, n = rows - first < mb ? rows - first : mb;
+        int w = t->obj->micro_weight(t, batch, first, n, err);
+        if (w < 0) {
+            *failed_here = 1;
+            return -1;
         }
+        t->micro_weights[j] = w;
+        mean_rows += w;
     }
     ac_gradsum_clear(&t->gradsum);
     const uint64_t step_key = step_dropout_key(t);
@@ -93,21 +77,6 @@ static int micro_batch_gradient(trainer *t, int64_t batch, int rows, int n_micro
     return 0;
 }
 
-/* Some rank failed: all stop with an error, and one message is printed
- * (the CLI keeps quiet when peer_failed): rank 0's when it failed, else the
- * failing rank's, with rank 0 pointing at it. Returns -1. */
-static int agree_on_failure(trainer *t, int failed_here, int rank0_failed, ac_err *err)
-{
-    t->failure_shared = 1;
-    if (failed_here) {
-        t->peer_failed = t->comm->rank != 0 && rank0_failed;
-        return -1; /* err holds this rank's message */
-    }
-    t->peer_failed = t->comm->rank != 0;
-    return ac_err_set(err, "step %ld: another process failed (its message is above)",
-                      trainer_global_step(t) + 1);
-}
-
 /* Every rank's touched rows become each rank's (an OR of the bit sets). */
 static int merge_touched_rows(ac_gradsum *g, ac_comm *c, ac_err *err)
 {
@@ -125,15 +94,10 @@ static double micro_weight(const trainer *t, int j, int rows, int n_micro)
 {
     if (n_micro == 1)
         return 1.0;
-    if (t->cfg.model.objective == AC_OBJECTIVE_MASKED_LM) {
-        long total = 0;
-        for (int i = 0; i < n_micro; i++)
-            total += t->micro_masked[i];
-        return (double)t->micro_masked[j] / (double)total;
-    }
-    int first = j * t->micro_batch;
-    int n = rows - first < t->micro_batch ? rows - first : t->micro_batch;
-    return (double)n / (double)rows;
+    long total = 0;
+    for (int i = 0; i < n_micro; i++)
+        total += t->micro_weights[i];
+    return (double)t->micro_weights[j] / (double)total;
 }
 
 /* One optimizer step on batch state.batch_in_epoch of the current plan. Allocates nothing.
@@ -143,7 +107,7 @@ int trainer_step(trainer *t, session_stats *s, ac_err *err)
 {
     ac_model *m = &t->model;
     ac_batch *b = &t->batch;
-    double t_start = trainer_now_s();
+    double t_start = ac_now_s();
     const int64_t batch = t->state.batch_in_epoch;
     const int rows = ac_batch_plan_rows(&t->plan, batch);
     const int n_micro = (rows + t->micro_batch - 1) / t->micro_batch;
@@ -162,17 +126,15 @@ int trainer_step(trainer *t, session_stats *s, ac_err *err)
     } else {
         rc = micro_batch_gradient(t, batch, rows, n_micro, &failed_here, &abandoned_here, err);
     }
+    /* Every rank learns the losses, whether one failed and whether one was
+     * asked to stop, so that all take the same path. */
     if (t->comm) {
-        /* Every rank learns the losses, whether one failed and whether one
-         * was asked to stop, so that all take the same path. */
-        t->step_slots[n_micro] = failed_here;
-        t->step_slots[n_micro + 1] = t->opt->stop && *t->opt->stop ? 1.0 : 0.0;
-        t->step_slots[n_micro + 2] = failed_here && t->comm->rank == 0;
-        if (t->comm->sum_doubles(t->comm, t->step_slots, (size_t)n_micro + 3, err))
-            return -1;
-        t->stop_agreed = t->step_slots[n_micro + 1] > 0;
-        if (t->step_slots[n_micro] > 0 && agree_on_failure(t, failed_here,
-                                                           t->step_slots[n_micro + 2] > 0, err))
+        char peer_msg[96];
+        snprintf(peer_msg, sizeof peer_msg, "step %ld: another process failed (its message is above)",
+                 trainer_global_step(t) + 1);
+        trainer_agreement agreed;
+        if (trainer_agree(t, failed_here, trainer_stop_requested(t), t->step_slots,
+                          (size_t)n_micro, peer_msg, &agreed, err))
             return -1;
     }
     if (rc)
@@ -217,7 +179,7 @@ int trainer_step(trainer *t, session_stats *s, ac_err *err)
     t->state.train_loss_count++;
 
     long tokens = (long)ac_batch_plan_tokens(&t->plan, &t->train_corpus, batch);
-    double dt = trainer_now_s() - t_start;
+    double dt = ac_now_s() - t_start;
     s->train_time += dt;
     s->time_since_eval += dt;
     s->steps++;

@@ -1,167 +1,16 @@
 /* The training loop: setup, steps and evaluations in turn until the run
- * finishes, stops early or is asked to stop, and the progress it reports.
- * See include/attnctl/train.h for the files it writes and the guarantees
- * (determinism, exact resume). The steps of the loop live in setup.c,
- * step.c, evaluate.c and checkpoint.c; this file also holds the helpers
- * they and the objectives share. */
+ * finishes, stops early or is asked to stop. See include/attnctl/train.h
+ * for the files it writes and the guarantees (determinism, exact resume).
+ * The parts it calls live in setup.c, step.c, evaluate.c, checkpoint.c,
+ * members.c, processes.c and progress.c (docs/architecture.md). */
 #include "attnctl/train.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "trainer_internal.h"
-
-/* ------------------------------------------------------------------ helpers */
-
-double trainer_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-char *trainer_path_join(const char *dir, const char *name, ac_err *err)
-{
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = malloc(n);
-    if (!p) {
-        ac_err_set(err, "out of memory");
-        return NULL;
-    }
-    snprintf(p, n, "%s/%s", dir, name);
-    return p;
-}
-
-int trainer_copy_string(char *dst, size_t cap, const char *src, const char *what, ac_err *err)
-{
-    size_t n = strlen(src);
-    if (n >= cap)
-        return ac_err_set(err, "%s is too long (%zu bytes, at most %zu)", what, n, cap - 1);
-    memcpy(dst, src, n + 1);
-    return 0;
-}
-
-void trainer_rank_share(const trainer *t, int64_t n, int64_t *begin, int64_t *end)
-{
-    const int64_t ranks = t->comm ? t->comm->size : 1, rank = t->comm ? t->comm->rank : 0;
-    *begin = n * rank / ranks;
-    *end = n * (rank + 1) / ranks;
-}
-
-int trainer_stop_requested(const trainer *t)
-{
-    return t->opt->stop && *t->opt->stop;
-}
-
-int trainer_agree_abandon(trainer *t, int abandoned_here, ac_err *err)
-{
-    if (!t->comm)
-        return abandoned_here != 0;
-    double flag = abandoned_here != 0;
-    if (t->comm->sum_doubles(t->comm, &flag, 1, err))
-        return -1;
-    if (flag > 0)
-        t->stop_agreed = 1;
-    return flag > 0;
-}
-
-int trainer_share_eval_slots(trainer *t, size_t n, ac_err *err)
-{
-    if (!t->comm)
-        return 0;
-    return t->comm->sum_doubles(t->comm, t->eval_slots, n, err);
-}
-
-int trainer_non_finite_error(const trainer *t, long step, const char *what, double v, ac_err *err)
-{
-    char where[160];
-    if (t->ckpt_step >= 0)
-        snprintf(where, sizeof where, "the checkpoint of step %ld is intact", t->ckpt_step);
-    else
-        snprintf(where, sizeof where, "no checkpoint was saved yet");
-    return ac_err_set(err, "step %ld: %s is %s (learning rate too high?); training stopped, %s",
-                      step, what, isnan(v) ? "NaN" : "infinite", where);
-}
-
-/* ------------------------------------------------------------- progress */
-
-void trainer_fill_progress(const trainer *t, const session_stats *s, ac_train_event_kind kind,
-                           ac_train_progress *p)
-{
-    memset(p, 0, sizeof *p);
-    double now = trainer_now_s();
-    p->kind = kind;
-    p->objective = t->cfg.model.objective;
-    p->epochs = t->cfg.training.epochs;
-    p->step = trainer_global_step(t);
-    p->epoch = t->state.step > 0 ? (int)((t->state.step - 1) / t->batches_per_epoch) : 0;
-    p->total_steps = t->run_steps;
-    p->stop_step = t->stop_step;
-    p->members = t->cfg.training.members;
-    p->member = t->state.member < p->members ? t->state.member : p->members - 1;
-    p->epoch_progress = (double)t->state.step / (double)t->batches_per_epoch;
-    p->examples_per_s = s->train_time > 0 ? s->examples / s->train_time : 0.0;
-    p->tokens_per_s = s->train_time > 0 ? s->tokens / s->train_time : 0.0;
-    p->loss = s->last_loss;
-    p->loss_avg = t->state.train_loss_count > 0
-                      ? t->state.train_loss_sum / (double)t->state.train_loss_count
-                      : NAN;
-    p->lr = s->last_lr;
-    p->elapsed_s = t->elapsed_base + (now - s->t0);
-    p->eta_s = s->steps > 0 ? (double)(t->stop_step - trainer_global_step(t)) * (now - s->t0) /
-                                  (double)s->steps
-                            : NAN;
-    p->val_loss = p->val_accuracy = p->val_span_accuracy = p->temperature = p->val_ece = NAN;
-    p->best_val_accuracy = t->n_val > 0 ? t->state.best_metric : -1.0;
-    p->best_step = t->state.best_step >= 0 ? t->state.steps_before + t->state.best_step : -1;
-    p->bad_evals = t->state.bad_evals;
-    p->n_train = t->n_train;
-    p->n_val = t->n_val;
-    p->vocab_size = t->vocab.size;
-    p->n_params = t->model.n_params;
-    p->memory_bytes = t->memory_bytes;
-    p->batches_per_epoch = t->batches_per_epoch;
-    p->resumed = t->opt->resume;
-    p->n_train_tokens = t->train_corpus.n_tokens;
-    p->n_unk_tokens = t->train_corpus.n_unk;
-    p->n_truncated = t->train_corpus.n_truncated;
-    p->padding_fraction = t->plan.padded_tokens > 0
-                              ? 1.0 - (double)t->plan.real_tokens / (double)t->plan.padded_tokens
-                              : 0.0;
-}
-
-void trainer_report(const trainer *t, const ac_train_progress *p)
-{
-    if (t->opt->progress)
-        t->opt->progress(p, t->opt->progress_user);
-}
-
-/* --------------------------------------------------------------- the loop */
-
-/* Whether every rank's setup worked (a missing file or too little memory
- * may hit one machine only). */
-static int agree_on_setup(trainer *t, int failed_here, ac_err *err)
-{
-    double flags[2] = {failed_here, failed_here && t->comm->rank == 0};
-    ac_err local;
-    if (t->comm->sum_doubles(t->comm, flags, 2, &local)) {
-        if (!failed_here)
-            *err = local;
-        return -1;
-    }
-    if (flags[0] == 0)
-        return 0;
-    t->failure_shared = 1;
-    if (failed_here) {
-        t->peer_failed = t->comm->rank != 0 && flags[1] > 0;
-        return -1;
-    }
-    t->peer_failed = t->comm->rank != 0;
-    return ac_err_set(err, "another process failed to start training (its message is above)");
-}
 
 /* Stops at this step: a checkpoint unless the one on disk is of it. */
 static int interrupted(trainer *t, ac_train_result *res, ac_err *err)
@@ -194,73 +43,37 @@ int ac_train_state_ended(const ac_train_config *tc, const ac_trainer_state *st)
  * the sum below waits until it has, and tells all whether any failed. */
 static int average_members(trainer *t, session_stats *s, ac_train_result *res, ac_err *err)
 {
-    int failed = 0;
-    if (t->comm) {
-        double flag = 0;
-        if (t->comm->sum_doubles(t->comm, &flag, 1, err))
-            return -1;
-    }
-    failed = trainer_average_members(t, err) != 0;
-    if (t->comm) {
-        double flags = failed;
-        ac_err local;
-        if (t->comm->sum_doubles(t->comm, &flags, 1, failed ? &local : err))
-            return -1;
-        if (flags > 0 && !failed) {
-            t->failure_shared = 1;
-            return ac_err_set(err, "another process failed to average the members (its message "
-                                   "is above)");
-        }
-        t->failure_shared = flags > 0;
-    }
-    if (failed)
+    trainer_agreement agreed;
+    if (trainer_agree(t, 0, 0, NULL, 0, NULL, &agreed, err))
+        return -1;
+    int failed = trainer_average_members(t, err) != 0;
+    if (trainer_agree(t, failed, 0, NULL, 0,
+                      "another process failed to average the members (its message is above)",
+                      &agreed, err))
         return -1;
     return trainer_evaluate_soup(t, s, res, err);
 }
 
-static int run(trainer *t, ac_train_result *res, ac_err *err)
+/* One run, or one member of several, from where it stands: steps and
+ * evaluations until it ends (*ended: AC_TRAIN_FINISHED or
+ * AC_TRAIN_EARLY_STOPPED) or this session stops (*ended -1, res->status
+ * AC_TRAIN_MAX_STEPS or AC_TRAIN_INTERRUPTED). Members are not its concern:
+ * the driver (run) starts the next one or averages them. 0, or -1 on an
+ * error. */
+static int run_single(trainer *t, session_stats *s, ac_train_result *res, int *ended,
+                      ac_err *err)
 {
     const ac_train_options *o = t->opt;
     const ac_train_config *tc = &t->cfg.training;
-    session_stats s = {.t0 = trainer_now_s(), .last_loss = NAN, .last_lr = NAN};
     ac_train_progress ev;
-    trainer_fill_progress(t, &s, AC_TRAIN_EVENT_BEGIN, &ev);
-    trainer_report(t, &ev);
-    /* A stop cut the evaluation of this step short: it comes first. */
-    if (t->state.eval_pending) {
-        if (trainer_evaluate_and_save(t, &s, res, err))
-            return -1;
-        if (t->state.eval_pending) /* cut short again */
-            return interrupted(t, res, err);
-    }
-
+    *ended = -1;
     for (;;) {
-        if (trainer_has_members(t) && t->state.member >= tc->members) {
-            res->status = AC_TRAIN_FINISHED; /* the average is made */
-            break;
-        }
-        int ended = member_ended(tc, &t->state);
-        if (ended >= 0 && !trainer_has_members(t)) {
-            res->status = (ac_train_status)ended;
-            break;
-        }
-        if (ended >= 0 && t->state.member + 1 < tc->members) {
-            if (trainer_next_member(t, err))
-                return -1;
-            continue;
-        }
-        if (ended >= 0) {
-            int rc = average_members(t, &s, res, err);
-            if (rc < 0)
-                return -1;
-            if (rc == TRAINER_EVAL_ABANDONED)
-                return interrupted(t, res, err);
-            res->status = AC_TRAIN_FINISHED;
-            break;
-        }
+        *ended = member_ended(tc, &t->state);
+        if (*ended >= 0)
+            return 0;
         if (o->max_steps > 0 && trainer_global_step(t) >= o->max_steps) {
             res->status = AC_TRAIN_MAX_STEPS;
-            break;
+            return 0;
         }
         /* Ranks stop at the same step: at the one where any of them was asked. */
         if (t->comm ? t->stop_agreed : o->stop && *o->stop)
@@ -278,7 +91,7 @@ static int run(trainer *t, ac_train_result *res, ac_err *err)
 
         int epoch_before = t->state.epoch;
         res->step = trainer_global_step(t);
-        int step_rc = trainer_step(t, &s, err);
+        int step_rc = trainer_step(t, s, err);
         if (step_rc < 0)
             return -1;
         if (step_rc == TRAINER_STEP_DROPPED)
@@ -286,7 +99,7 @@ static int run(trainer *t, ac_train_result *res, ac_err *err)
         res->step = trainer_global_step(t);
         if (o->after_step)
             o->after_step(&t->model, trainer_global_step(t), o->after_step_user);
-        trainer_fill_progress(t, &s, AC_TRAIN_EVENT_STEP, &ev);
+        trainer_fill_progress(t, s, AC_TRAIN_EVENT_STEP, &ev);
         trainer_report(t, &ev);
 
         int epoch_ended = t->state.epoch != epoch_before;
@@ -295,14 +108,58 @@ static int run(trainer *t, ac_train_result *res, ac_err *err)
         if (t->state.epoch >= tc->epochs ||
             (o->max_steps > 0 && trainer_global_step(t) >= o->max_steps))
             due = 1;
-        if (due && trainer_evaluate_and_save(t, &s, res, err))
+        if (due && trainer_evaluate_and_save(t, s, res, err))
             return -1;
         /* The evaluation was cut short by a stop: before the checks above,
          * which could otherwise end the run as finished without it. */
         if (t->state.eval_pending)
             return interrupted(t, res, err);
     }
-    return 0;
+}
+
+/* The driver: the run, or each member in turn and then their average. */
+static int run(trainer *t, ac_train_result *res, ac_err *err)
+{
+    const ac_train_config *tc = &t->cfg.training;
+    session_stats s = {.t0 = ac_now_s(), .last_loss = NAN, .last_lr = NAN};
+    ac_train_progress ev;
+    trainer_fill_progress(t, &s, AC_TRAIN_EVENT_BEGIN, &ev);
+    trainer_report(t, &ev);
+    /* A stop cut the evaluation of this step short: it comes first. */
+    if (t->state.eval_pending) {
+        if (trainer_evaluate_and_save(t, &s, res, err))
+            return -1;
+        if (t->state.eval_pending) /* cut short again */
+            return interrupted(t, res, err);
+    }
+
+    for (;;) {
+        if (trainer_has_members(t) && t->state.member >= tc->members) {
+            res->status = AC_TRAIN_FINISHED; /* the average is made */
+            return 0;
+        }
+        int ended;
+        if (run_single(t, &s, res, &ended, err))
+            return -1;
+        if (ended < 0) /* this session stops here */
+            return 0;
+        if (!trainer_has_members(t)) {
+            res->status = (ac_train_status)ended;
+            return 0;
+        }
+        if (t->state.member + 1 < tc->members) {
+            if (trainer_next_member(t, err))
+                return -1;
+            continue;
+        }
+        int rc = average_members(t, &s, res, err);
+        if (rc < 0)
+            return -1;
+        if (rc == TRAINER_EVAL_ABANDONED)
+            return interrupted(t, res, err);
+        res->status = AC_TRAIN_FINISHED;
+        return 0;
+    }
 }
 
 int ac_train(const ac_train_options *opt, ac_train_result *result, ac_err *err)
@@ -324,7 +181,12 @@ int ac_train(const ac_train_options *opt, ac_train_result *result, ac_err *err)
     int rc = opt->resume && opt->out_dir ? trainer_recover_checkpoint(&t, err) : 0;
     if (rc == 0)
         rc = trainer_setup(&t, err);
-    if (t.comm && agree_on_setup(&t, rc != 0, err))
+    /* Whether every rank's setup worked (a missing file or too little
+     * memory may hit one machine only). */
+    trainer_agreement agreed;
+    if (trainer_agree(&t, rc != 0, 0, NULL, 0,
+                      "another process failed to start training (its message is above)",
+                      &agreed, err))
         rc = -1;
     if (rc == 0) {
         long start_step = res->step = trainer_global_step(&t);

@@ -1,6 +1,7 @@
 /* Internal to src/train: the trainer's state, shared by the loop
  * (trainer.c), its parts (setup.c, step.c, evaluate.c, checkpoint.c,
- * metrics_log.c, sources.c) and the masked-LM objective (pretrain.c). */
+ * members.c, metrics_log.c, sources.c, processes.c, progress.c) and the
+ * objectives (classifier.c, pretrain.c). See docs/architecture.md. */
 #ifndef ATTNCTL_TRAINER_INTERNAL_H
 #define ATTNCTL_TRAINER_INTERNAL_H
 
@@ -16,6 +17,7 @@
 #include "attnctl/optim.h"
 #include "attnctl/text.h"
 #include "attnctl/train.h"
+#include "attnctl/util.h"
 #include "curves.h"
 #include "ema.h"
 
@@ -33,8 +35,11 @@ enum {
     STREAM_MEMBER = 9,    /* the shuffle, crops and dropout of members after the first */
 };
 
+typedef struct trainer_objective trainer_objective;
+
 typedef struct {
     const ac_train_options *opt;
+    const trainer_objective *obj; /* what is trained (from opt->objective) */
     ac_config cfg;
     int have_cfg;
     ac_vocab vocab;
@@ -83,7 +88,8 @@ typedef struct {
     int max_micro;            /* micro-batches of a full step */
     ac_gradsum gradsum;       /* the exact sum of a step's micro-batch gradients */
     int have_gradsum;
-    int *micro_masked;        /* [max_micro] masked LM: masked positions of each micro-batch */
+    int *micro_weights;       /* [max_micro] each micro-batch's share of the step's mean
+                                 (t->obj->micro_weight: rows, or masked positions) */
     double *step_slots;       /* [max_micro + 3] micro-batch losses; ranks failed, asked to
                                  stop; rank 0 failed */
     double *eval_slots;       /* [3 x validation batches] per-batch figures of an evaluation */
@@ -110,35 +116,101 @@ typedef struct {
     double last_loss, last_lr;
 } session_stats;
 
-/* ---- trainer.c: the loop, and the helpers its parts and the objectives share ---- */
-/* Seconds on the monotonic clock. */
-double trainer_now_s(void);
-/* "dir/name" in new memory, or NULL (err set). */
-char *trainer_path_join(const char *dir, const char *name, ac_err *err);
-/* Copies src into dst[cap], or an error naming what when it does not fit. */
-int trainer_copy_string(char *dst, size_t cap, const char *src, const char *what, ac_err *err);
-/* The error for a NaN or infinite figure at step, saying which checkpoint is intact. */
-int trainer_non_finite_error(const trainer *t, long step, const char *what, double v, ac_err *err);
-/* This rank's share [*begin, *end) of n items (contiguous blocks in order). */
-void trainer_rank_share(const trainer *t, int64_t n, int64_t *begin, int64_t *end);
-/* Every rank gets the per-batch figures of an evaluation (eval_slots, each
- * batch's filled by one rank, zeros elsewhere). */
-int trainer_share_eval_slots(trainer *t, size_t n, ac_err *err);
-/* Whether this process was asked to stop (a signal). */
-int trainer_stop_requested(const trainer *t);
-/* After an evaluation pass that stopped early on this process when asked to
- * stop (abandoned_here): 1 when any process did (they all agree, and all
- * stop), 0 when none did, -1 on a communication error. */
-int trainer_agree_abandon(trainer *t, int abandoned_here, ac_err *err);
-/* What an evaluation pass returns when it was abandoned. */
-#define TRAINER_EVAL_ABANDONED 1
+/* ---- progress.c: the events reported to the caller ---- */
 /* The progress event of the given kind as things stand. */
 void trainer_fill_progress(const trainer *t, const session_stats *s, ac_train_event_kind kind,
                            ac_train_progress *p);
 /* Passes an event to the caller's progress callback, if any. */
 void trainer_report(const trainer *t, const ac_train_progress *p);
 
+/* ---- processes.c: the ranks of a data-parallel run ---- */
+/* This rank's share [*begin, *end) of n items (contiguous blocks in order). */
+void trainer_rank_share(const trainer *t, int64_t n, int64_t *begin, int64_t *end);
+/* Whether this process was asked to stop (a signal). */
+int trainer_stop_requested(const trainer *t);
+/* Every rank gets the per-batch figures of an evaluation (eval_slots, each
+ * batch's filled by one rank, zeros elsewhere). */
+int trainer_share_eval_slots(trainer *t, size_t n, ac_err *err);
+/* What the processes agreed on. */
+typedef struct {
+    int failed;       /* some process failed */
+    int stopped;      /* some process was asked to stop (also t->stop_agreed) */
+    int rank0_failed; /* rank 0 failed */
+} trainer_agreement;
+/* The one place processes agree (collective: every rank calls it at the
+ * same point): whether any failed (failed_here: this one did, its message in
+ * err) or was asked to stop (stop_here), summing slots[0..n) on the way
+ * (each slot filled by one rank; room for 3 more after n; slots NULL: none).
+ * A failure anywhere is every rank's: marked shared, and one message is
+ * printed, rank 0's when it failed, else the failing rank's with rank 0's
+ * peer_msg ("another process failed ..."). Returns -1 when any process
+ * failed or the communication did, else 0. One process: -1 when failed_here. */
+int trainer_agree(trainer *t, int failed_here, int stop_here, double *slots, size_t n,
+                  const char *peer_msg, trainer_agreement *a, ac_err *err);
+
+/* ---- the objective: what is trained ----
+ * The loop and its parts call these without knowing which objective runs:
+ * the classifier (classifier.c, attnctl train) or the masked LM
+ * (pretrain.c, attnctl pretrain). A new objective is a new file filling one
+ * of these, and a case in trainer_objective_of. NULL hooks do nothing. */
+struct trainer_objective {
+    ac_objective id;
+    const char *run_name; /* in messages: "a pretraining run" */
+    const char *command;  /* the attnctl command that resumes such a run */
+    /* The rows carry labels: the classes come from the data, the
+     * validation split is stratified by label, the vocabulary comes from
+     * the training rows only. Else every row is text: a random split, the
+     * vocabulary from every row. */
+    int labelled;
+    int vocab_specials;             /* AC_VOCAB_WITH_* the objective needs */
+    const ac_curves_labels *curves; /* training.svg's titles; NULL: the classifier's */
+    /* Checks the options and data before anything is made (resumed runs too). */
+    int (*check_options)(const ac_train_options *o, ac_err *err);
+    /* Fresh run: the settings the objective decides (labels, members). */
+    int (*prepare_config)(trainer *t, ac_err *err);
+    /* Fresh run: config.json's provenance of the data. */
+    int (*provenance)(trainer *t, ac_err *err);
+    /* Resume: the data given is the data the run was started with. */
+    int (*check_resume_data)(trainer *t, ac_err *err);
+    /* run.json: what the objective records of its data for --resume. */
+    int (*sources_to_json)(const trainer *t, cJSON *root, ac_err *err);
+    /* Bytes of the objective's own buffers for a step (the memory estimate). */
+    size_t (*memory_bytes)(const trainer *t);
+    /* Its buffers for a step, after the model's. */
+    int (*setup)(trainer *t, ac_err *err);
+    /* Its buffers for evaluations (only with validation rows). */
+    int (*setup_validation)(trainer *t, ac_err *err);
+    void (*free)(trainer *t);
+    /* A micro-batch's weight in the step's mean loss (rows first_row..
+     * first_row + n_rows - 1 of batch `batch` of the epoch's plan), or -1. */
+    int (*micro_weight)(trainer *t, int64_t batch, int first_row, int n_rows, ac_err *err);
+    /* Training forward of b (rows first_row.. of the step's batch) into *loss. */
+    int (*forward)(trainer *t, const ac_batch *b, uint64_t dropout_key, int64_t first_row,
+                   float *loss, ac_err *err);
+    /* Gradients of that forward added into the model's, its loss a part of a
+     * mean over mean_rows (0: the batch's own). */
+    void (*backward)(trainer *t, int mean_rows);
+    /* The figures of an evaluation into p (left NAN without validation
+     * rows): 0, TRAINER_EVAL_ABANDONED or -1. */
+    int (*evaluate)(trainer *t, ac_metric_point *p, ac_err *err);
+    /* After the best model was saved (the classifier's reliability diagram). */
+    int (*after_best)(trainer *t, const ac_metric_point *p, ac_err *err);
+};
+
+extern const trainer_objective trainer_classifier; /* classifier.c */
+extern const trainer_objective trainer_masked_lm;  /* pretrain.c */
+
+/* ---- classifier.c: helpers of labelled data ---- */
+/* Whether d has labels, else an error naming what. */
+int trainer_check_labelled(const ac_rawdata *d, const char *what, ac_err *err);
+/* Whether d's classes are labels[0..n) in order. */
+int trainer_classes_match(const ac_rawdata *d, char *const *labels, int n);
+/* calibration.svg: the reliability diagram of the validation rows (writer only). */
+int trainer_write_calibration_svg(const trainer *t, double temperature, ac_err *err);
+
 /* ---- setup.c: the start of a run and its end ---- */
+/* The objective of the given kind. */
+const trainer_objective *trainer_objective_of(ac_objective id);
 /* Checks the options and makes everything a run needs, fresh or resumed. */
 int trainer_setup(trainer *t, ac_err *err);
 /* Frees what trainer_setup made (also after it failed part-way). */
@@ -153,6 +225,8 @@ int trainer_make_epoch_plan(trainer *t, int epoch, ac_err *err);
 int trainer_step(trainer *t, session_stats *s, ac_err *err);
 
 /* ---- evaluate.c: evaluations during training ---- */
+/* What an evaluation pass returns when it was abandoned. */
+#define TRAINER_EVAL_ABANDONED 1
 /* Evaluates, then writes the metrics, the best model and the checkpoint. */
 int trainer_evaluate_and_save(trainer *t, session_stats *s, ac_train_result *res, ac_err *err);
 /* The members' average (in the model): evaluated, its temperature fitted,
@@ -170,6 +244,8 @@ int trainer_save_checkpoint(trainer *t, ac_err *err);
 /* Removes a finished run's checkpoint weights, moments and average (writer
  * only; see ac_train_options.drop_finished_state). */
 void trainer_drop_finished_state(const trainer *t);
+/* The error for a NaN or infinite figure at step, saying which checkpoint is intact. */
+int trainer_non_finite_error(const trainer *t, long step, const char *what, double v, ac_err *err);
 /* Resume: reads the averaged weights saved with the checkpoint's step. */
 int trainer_load_ema(trainer *t, ac_err *err);
 /* Before a resume: finishes a checkpoint save that was cut short (every rank calls it). */
@@ -224,33 +300,5 @@ void trainer_remove_member_files(const trainer *t);
 int trainer_take_init(trainer *t, ac_err *err);
 /* Copies the encoder into the new model and lets go of the loaded one. */
 int trainer_copy_init_weights(trainer *t, ac_err *err);
-
-/* ---- pretrain.c: the masked-LM objective ---- */
-/* The data and options a pretraining run can use. */
-int pretrain_check_options(const ac_train_options *o, ac_err *err);
-/* Bytes of the head's buffers for batch_size x max_len. */
-size_t pretrain_memory_bytes(const trainer *t);
-/* The masking spec (from the vocabulary) and the head's buffers. */
-int pretrain_setup(trainer *t, ac_err *err);
-/* Masks batch b (a pure function of the seed and the step) and runs the
- * training forward into *loss (checked by the caller; ac_mlm_backward
- * follows). -1 only when the batch has nothing to mask. */
-int pretrain_forward(trainer *t, const ac_batch *b, uint64_t dropout_key, int64_t first_row,
-                     float *loss, ac_err *err);
-/* Masked positions of rows first_row.. of the step's batch in b (the count
- * pretrain_forward will mask), or -1 (err set). */
-int pretrain_count_masked(trainer *t, const ac_batch *b, int64_t first_row, ac_err *err);
-/* Held-out masked-token loss and accuracy under the evaluation masking. */
-int pretrain_evaluate(trainer *t, double *loss, double *accuracy, ac_err *err);
-/* provenance.train_file/train_sha256 of a pretraining run (several files). */
-int pretrain_provenance(trainer *t, ac_err *err);
-/* run.json's masked-LM part (the text files with their SHA-256, the
- * format): written into root, read back from it (path: for messages), and
- * the files of a resumed run checked against the checkpoint's. */
-int pretrain_sources_to_json(const trainer *t, cJSON *root, ac_err *err);
-int pretrain_sources_from_json(const cJSON *root, ac_train_sources *s, const char *path,
-                               ac_err *err);
-int pretrain_check_sources(const trainer *t, ac_err *err);
-void pretrain_free(trainer *t);
 
 #endif

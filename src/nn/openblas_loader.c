@@ -1,18 +1,11 @@
-/* OpenBLAS, loaded with dlopen once its environment is set (main.c).
- *
- * Debian's OpenBLAS reads OPENBLAS_CORETYPE and OPENBLAS_NUM_THREADS when it
- * loads. Linked normally it loads before main, so attnctl had to set them
- * and re-execute itself: about 10 ms and a second dynamic linking of
- * OpenBLAS, more than half of a cold `predict`. attnctl is therefore not
- * linked with OpenBLAS: the library (src/nn/linear.c) calls cblas_sgemm,
- * defined here, which forwards to OpenBLAS's own, looked up once. The test
- * programs link the library with -lopenblas directly. */
+/* The OpenBLAS forwarder linked into attnctl (see include/attnctl/blas.h):
+ * cblas_sgemm defined here calls OpenBLAS's own, looked up once. */
 #include <cblas.h>
 #include <dlfcn.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cli.h"
+#include "attnctl/blas.h"
 
 /* Debian's soname (libopenblas0-pthread, or -openmp / -serial). */
 #define OPENBLAS_SONAME "libopenblas.so.0"
@@ -25,25 +18,25 @@ typedef void (*set_threads_fn)(int);
 
 /* Process-wide state, unavoidable: cblas_sgemm has a fixed signature with no
  * room for a context, so the function it forwards to lives here. Written once
- * by cli_blas_load in main before any thread starts, only read afterwards. */
+ * by ac_blas_load in main before any thread starts, only read afterwards. */
 static struct {
     sgemm_fn sgemm;
     corename_fn corename;
 } blas;
 
-int cli_blas_load(void)
+int ac_blas_load(ac_err *err)
 {
     if (blas.sgemm)
         return 0;
     void *lib = dlopen(OPENBLAS_SONAME, RTLD_LAZY | RTLD_LOCAL);
     if (!lib) {
         const char *why = dlerror();
-        return cli_error("cannot load OpenBLAS (%s): %s; install libopenblas0", OPENBLAS_SONAME,
-                         why ? why : "not found");
+        return ac_err_set(err, "cannot load OpenBLAS (%s): %s; install libopenblas0",
+                          OPENBLAS_SONAME, why ? why : "not found");
     }
     sgemm_fn sgemm = (sgemm_fn)(uintptr_t)dlsym(lib, "cblas_sgemm");
     if (!sgemm)
-        return cli_error("%s has no cblas_sgemm", OPENBLAS_SONAME);
+        return ac_err_set(err, "%s has no cblas_sgemm", OPENBLAS_SONAME);
     blas.corename = (corename_fn)(uintptr_t)dlsym(lib, "openblas_get_corename");
     set_threads_fn set_threads = (set_threads_fn)(uintptr_t)dlsym(lib, "openblas_set_num_threads");
     /* attnctl's own OpenMP loops call sgemm on row blocks: one thread each. */
@@ -53,7 +46,7 @@ int cli_blas_load(void)
     return 0;
 }
 
-const char *cli_blas_corename(void)
+const char *ac_blas_corename(void)
 {
     const char *name = blas.corename ? blas.corename() : NULL;
     return name ? name : "unknown";
