@@ -57,45 +57,21 @@ typedef struct {
     unsigned flags; /* TRAIN_ONLY, PRETRAIN_ONLY, RESUME_OK */
 } option_spec;
 
-static int parse_schedule(const char *s, int *out)
-{
-    ac_schedule_kind k;
-    int rc = ac_schedule_parse(s, &k);
-    *out = (int)k;
-    return rc;
-}
-
-static int parse_positions(const char *s, int *out)
-{
-    ac_positions p;
-    int rc = ac_positions_parse(s, &p);
-    *out = (int)p;
-    return rc;
-}
-
-static int parse_pooling(const char *s, int *out)
-{
-    ac_pooling p;
-    int rc = ac_pooling_parse(s, &p);
-    *out = (int)p;
-    return rc;
-}
-
-static int parse_truncation(const char *s, int *out)
-{
-    ac_truncation t;
-    int rc = ac_truncation_parse(s, &t);
-    *out = (int)t;
-    return rc;
-}
-
-static int parse_format(const char *s, int *out)
-{
-    ac_text_format f;
-    int rc = ac_text_format_parse(s, &f);
-    *out = (int)f;
-    return rc;
-}
+/* The enums' parsers, as the table's one type: the name's value as an int. */
+#define NAME_PARSER(fn, type, parse)                                                              \
+    static int fn(const char *s, int *out)                                                        \
+    {                                                                                             \
+        type value;                                                                               \
+        if (parse(s, &value))                                                                     \
+            return -1;                                                                            \
+        *out = (int)value;                                                                        \
+        return 0;                                                                                 \
+    }
+NAME_PARSER(parse_schedule, ac_schedule_kind, ac_schedule_parse)
+NAME_PARSER(parse_positions, ac_positions, ac_positions_parse)
+NAME_PARSER(parse_pooling, ac_pooling, ac_pooling_parse)
+NAME_PARSER(parse_truncation, ac_truncation, ac_truncation_parse)
+NAME_PARSER(parse_format, ac_text_format, ac_text_format_parse)
 
 #define XSTR(x) #x
 #define STR(x) XSTR(x)
