@@ -11,9 +11,11 @@ rows of 3-23 words), made so:
 
   Sentences. Each review's HTML tags are replaced by a space; the text is cut into sentences
   after ., ! or ? followed by white space (runs of them count once); a sentence is a candidate
-  when it has 3-23 white-space words. One candidate per review is drawn at random (seeded),
-  so no two rows come from the same review; texts that repeat (compared lower-cased, white
-  space squeezed) are kept once. Reviews are visited in a seeded random order.
+  when it has 3-23 white-space words. A review gives its last candidate (a review's verdict
+  tends to come at its end, so these read like one-line reviews; a random sentence is mostly
+  plot and reads 5 points lower for NBSVM), so no two rows come from the same review; texts
+  that repeat (compared lower-cased, white space squeezed) are kept once. Reviews are visited
+  in a seeded random order.
 
   sent1k.csv, sent3k.csv, sent10k.csv  two classes (positive/negative, the review's label):
       the first 1,000 / 3,000 / 10,000 sentences of that order, balanced per class (nested:
@@ -127,7 +129,7 @@ def main(argv=None):
         cands = list(sentences(reviews[i][0]))
         if not cands:
             return None
-        s = rng.choice(cands)
+        s = cands[-1]
         if key(s) in seen:
             return None
         return s
