@@ -55,6 +55,9 @@ static const struct option LONG_OPTIONS[] = {
     {"wide", required_argument, NULL, OPT_WIDE},
     {"wide-buckets", required_argument, NULL, OPT_WIDE_BUCKETS},
     {"wide-norm", required_argument, NULL, OPT_WIDE_NORM},
+    /* training.wide_nb, the naive Bayes start of the wide path: off by default
+     * and not in --help or attnctl.1 while it is being measured */
+    {"wide-nb", required_argument, NULL, OPT_WIDE_NB},
     {"crop", required_argument, NULL, OPT_CROP},
     {"crop-min", required_argument, NULL, OPT_CROP_MIN},
     {"crop-max", required_argument, NULL, OPT_CROP_MAX},
@@ -77,7 +80,7 @@ static const struct option LONG_OPTIONS[] = {
 /* Options of one command only. */
 static const int TRAIN_ONLY[] = {OPT_VAL_FILE, OPT_LABEL_COLUMN, OPT_CROP, OPT_CROP_MIN,
                                  OPT_CROP_MAX, OPT_LABEL_SMOOTHING, OPT_TOKEN_DROPOUT, OPT_INIT,
-                                 OPT_WIDE, OPT_WIDE_BUCKETS, OPT_WIDE_NORM, OPT_TEACHER,
+                                 OPT_WIDE, OPT_WIDE_BUCKETS, OPT_WIDE_NORM, OPT_WIDE_NB, OPT_TEACHER,
                                  OPT_UNLABELLED,
                                  OPT_PSEUDO_THRESHOLD, OPT_MEMBERS};
 static const int PRETRAIN_ONLY[] = {OPT_MASK_FRAC, OPT_FORMAT};
@@ -408,6 +411,11 @@ static int parse_value(train_args *a, int id, const char *arg)
             return bad_value(a->cmd, id, arg, "an integer from 1 to 16777216");
         v->i = i;
         break;
+    case OPT_WIDE_NB:
+        if (cli_parse_double(arg, 0, 100, &d))
+            return bad_value(a->cmd, id, arg, "a number from 0 to 100");
+        v->d = d;
+        break;
     case OPT_CROP_MIN:
     case OPT_CROP_MAX:
         if (cli_parse_int(arg, 1, 65536, &i))
@@ -603,6 +611,7 @@ void train_apply_overrides(ac_config *c, const train_args *a)
     if (v[OPT_WIDE].set) c->model.wide_order = (int)v[OPT_WIDE].i;
     if (v[OPT_WIDE_BUCKETS].set) c->model.wide_buckets = (int)v[OPT_WIDE_BUCKETS].i;
     if (v[OPT_WIDE_NORM].set) c->model.wide_norm = (float)v[OPT_WIDE_NORM].d;
+    if (v[OPT_WIDE_NB].set) c->training.wide_nb = (float)v[OPT_WIDE_NB].d;
     if (v[OPT_CROP].set) c->training.crop_frac = v[OPT_CROP].d;
     if (v[OPT_CROP_MIN].set) c->training.crop_min = (int)v[OPT_CROP_MIN].i;
     if (v[OPT_CROP_MAX].set) c->training.crop_max = (int)v[OPT_CROP_MAX].i;
