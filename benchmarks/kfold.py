@@ -25,7 +25,12 @@ NBSVM: its fit), and appends one JSON line per method to --log (default
 benchmarks/kfold_runs.jsonl; /dev/null for none): date, commit (-dirty when tracked files
 differ), data file, rows, classes, k, seed, method, options, fold accuracies, mean, sd,
 training seconds per fold, CPU, note. Fold files and models live in a temporary directory
-removed at the end (--keep DIR keeps them). ATTNCTL=path picks the binary (default
+removed at the end (--keep DIR keeps them; TMPDIR=/dev/shm spares the disk the models and
+checkpoints, which dominate a short set's training time on a busy disk). --threads N is passed
+to attnctl (its models do not depend on it; 1 is faster on a machine shared with other jobs).
+`kfold.py --summary [LOG [SET...]]` prints the log as one table, a column per data set (the
+latest run of each method and options; in brackets the paired difference with attnctl's
+defaults on the same folds). ATTNCTL=path picks the binary (default
 build/attnctl, built with `make -j2 attnctl` when missing). Standard library only, apart
 from nbsvm.py's scikit-learn.
 """
@@ -40,6 +45,7 @@ import random
 import re
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -114,11 +120,12 @@ def timed(cmd):
     return out, time.monotonic() - t0
 
 
-def attnctl_fold(binary, opts, tr, te, workdir):
+def attnctl_fold(binary, opts, threads, tr, te, workdir):
     model = os.path.join(workdir, "model")
     shutil.rmtree(model, ignore_errors=True)
-    _, secs = timed([binary, "train", tr, "--out", model, "--quiet"] + opts)
-    out = run([binary, "eval", "--model", model, te, "--json"])
+    th = ["--threads", str(threads)] if threads else []
+    _, secs = timed([binary, "train", tr, "--out", model, "--quiet"] + th + opts)
+    out = run([binary, "eval", "--model", model, te, "--json"] + th)
     acc = json.loads(out)["accuracy"]
     extra = {}
     try:
@@ -180,7 +187,45 @@ def cpu_name():
     return "unknown"
 
 
+def summary(log, names):
+    """The log as one table: a row per method and options, a column per data set; the latest
+    run of each on each set. Runs on a subset of the folds show their mean and, in brackets,
+    the paired difference with attnctl's defaults on the same folds."""
+    runs = {}
+    with open(log, encoding="utf-8") as f:
+        for line in f:
+            r = json.loads(line)
+            runs[(r["method"], r["options"], r["name"], r["k"], r["seed"])] = r
+    sets = names or sorted({key[2] for key in runs})
+    variants = []
+    for key in runs:
+        if (key[0], key[1]) not in variants:
+            variants.append((key[0], key[1]))
+    print("| method | options | " + " | ".join(sets) + " |")
+    print("|---|---|" + "---|" * len(sets))
+    for method, opts in variants:
+        cells = []
+        for name in sets:
+            r = next((v for k, v in runs.items() if k[:3] == (method, opts, name)), None)
+            if not r:
+                cells.append("")
+                continue
+            cell = "%.2f" % (100 * r["mean_accuracy"])
+            base = runs.get(("attnctl", "", name, r["k"], r["seed"]))
+            if base and (method, opts) != ("attnctl", ""):
+                pairs = [(a, base["fold_accuracy"][base["folds"].index(f)])
+                         for f, a in zip(r["folds"], r["fold_accuracy"]) if f in base["folds"]]
+                d = 100 * statistics.mean(a - b for a, b in pairs)
+                cell += " (%+.2f%s)" % (d, "" if len(r["folds"]) == r["k"] else
+                                        ", folds " + ",".join(map(str, r["folds"])))
+            cells.append(cell)
+        print("| %s | %s | %s |" % (method, opts or "(defaults)", " | ".join(cells)))
+
+
 def main(argv=None):
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--summary":
+        return summary(sys.argv[2] if len(sys.argv) > 2 else os.path.join(HERE, "kfold_runs.jsonl"),
+                       sys.argv[3:])
     ap = argparse.ArgumentParser(description="k-fold cross-validation of attnctl, fastText, NBSVM.")
     ap.add_argument("data")
     ap.add_argument("--k", type=int, default=5)
@@ -193,6 +238,8 @@ def main(argv=None):
     ap.add_argument("--note", default="")
     ap.add_argument("--log", default=os.path.join(HERE, "kfold_runs.jsonl"))
     ap.add_argument("--keep", default="", help="keep the fold files and models here")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="attnctl's --threads (the same model whatever the count; default all cores)")
     a = ap.parse_args(argv)
     if a.k < 2:
         ap.error("--k must be at least 2")
@@ -220,6 +267,7 @@ def main(argv=None):
     name = a.name or os.path.splitext(os.path.basename(a.data))[0]
     tmp = a.keep or tempfile.mkdtemp(prefix="kfold.")
     os.makedirs(tmp, exist_ok=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the temporary directory goes
     results = {v: {"acc": [], "secs": [], "extra": []} for v in variants}
     try:
         for f in folds:
@@ -233,7 +281,8 @@ def main(argv=None):
             for v in variants:
                 method, opts = v
                 if method == "attnctl":
-                    acc, secs, extra = attnctl_fold(binary, shlex.split(opts), tr, te, fdir)
+                    acc, secs, extra = attnctl_fold(binary, shlex.split(opts), a.threads, tr, te,
+                                                    fdir)
                 elif method == "fasttext":
                     acc, secs, extra = fasttext_fold(ft, a.seed, tr_rows, te_rows, fdir)
                 else:
@@ -266,6 +315,7 @@ def main(argv=None):
                 "folds": folds, "method": method, "options": opts,
                 "fold_accuracy": [round(x, 6) for x in acc], "mean_accuracy": round(mean, 6),
                 "sd": round(sd, 6), "train_seconds": [round(x, 2) for x in secs], "cpu": cpu,
+                "threads": a.threads if method == "attnctl" else (2 if method == "fasttext" else 1),
                 "note": a.note}
         if method == "attnctl":
             line["best_val"] = [e.get("best_val") for e in results[v]["extra"]]
