@@ -340,6 +340,42 @@ START_TEST(test_wide_scale)
 }
 END_TEST
 
+/* The wide table's naive Bayes start: Wang & Manning's log-count ratio of
+ * each bucket by hand on four rows (and a fifth row left out of the count). */
+START_TEST(test_wide_nb_init)
+{
+    enum { NB = 1 << 20, C = 2 };
+    /* class 0: "1 2", "1 3"; class 1: "4 2", "4 5"; row 4 ("1 1", class 1) not given */
+    const int32_t ids[] = {1, 2, 1, 3, 4, 2, 4, 5, 1, 1};
+    const int64_t off[] = {0, 2, 4, 6, 8, 10};
+    const int32_t labels[] = {0, 0, 1, 1, 1};
+    const int64_t rows[] = {3, 0, 2, 1};
+    float *table = vec((size_t)NB * C);
+    fill_uniform(table, (size_t)NB * C, 311, -1, 1); /* overwritten whole */
+    int32_t grams[2];
+    double work[4 * C];
+    wide_nb_init(table, ids, off, labels, rows, 4, 1, NB, C, 0.5f, grams, work);
+    const int32_t w1 = 1, w2 = 2, w3 = 3, w9 = 9;
+    const uint32_t b1 = wide_bucket(&w1, 1, NB), b2 = wide_bucket(&w2, 1, NB),
+                   b3 = wide_bucket(&w3, 1, NB), b9 = wide_bucket(&w9, 1, NB);
+    /* 5 buckets seen, 4 n-grams per class: |p|_1 = |q|_1 = 4 + 5. Word 1: in 2
+     * class-0 rows, no class-1 row: r_0 = log((3/9) / (1/9)) = log 3. */
+    ck_assert(fabs(table[(size_t)b1 * C + 0] - 0.25 * log(3.0)) < 1e-6);
+    ck_assert(fabs(table[(size_t)b1 * C + 1] + 0.25 * log(3.0)) < 1e-6);
+    /* word 3: one class-0 row: log((2/9) / (1/9)) */
+    ck_assert(fabs(table[(size_t)b3 * C + 0] - 0.25 * log(2.0)) < 1e-6);
+    /* word 2: one row of each class: no evidence */
+    ck_assert(fabs(table[(size_t)b2 * C + 0]) < 1e-7 && fabs(table[(size_t)b2 * C + 1]) < 1e-7);
+    /* a bucket no row has starts at zero */
+    ck_assert(table[(size_t)b9 * C + 0] == 0.0f && table[(size_t)b9 * C + 1] == 0.0f);
+    int nonzero = 0;
+    for (size_t i = 0; i < (size_t)NB * C; i++)
+        nonzero += table[i] != 0.0f;
+    ck_assert_int_eq(nonzero, 2 * 4); /* words 1, 3, 4, 5 (rows 3, 0, 2, 1 only) */
+    free(table);
+}
+END_TEST
+
 typedef struct {
     const int32_t *ids;
     float *wte;
@@ -1545,6 +1581,7 @@ int main(void)
     tcase_add_test(tc, test_wide_hash_and_sets);
     tcase_add_test(tc, test_wide_gradient);
     tcase_add_test(tc, test_wide_scale);
+    tcase_add_test(tc, test_wide_nb_init);
     tcase_add_test(tc, test_crossentropy_gradient_c5);
     tcase_add_test(tc, test_gather_rows_gradient);
     tcase_add_test(tc, test_softmax_xent_inplace);

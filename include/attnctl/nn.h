@@ -82,6 +82,23 @@ void wide_forward(float *logits, const int32_t *buckets, const int32_t *counts, 
 void wide_backward(float *dtable, const float *dlogits, const int32_t *buckets,
                    const int32_t *counts, int B, int T, int order, int C, float norm);
 
+/* The wide table's starting point from naive Bayes (Wang & Manning 2012's
+ * log-count ratios, binarised features, the rows' n-gram sets as above):
+ * for each class c and each bucket some of the n_rows training rows (corpus
+ * rows rows[k]: ids + off[r], off[r + 1] - off[r] ids, class labels[r]) have,
+ *   r_c = log((p_c / |p_c|_1) / (q_c / |q_c|_1)),
+ * p_c = alpha + the number of class-c rows having the bucket, q_c = alpha +
+ * that of the other classes' rows, the norms summed over the buckets some row
+ * has (alpha = AC_WIDE_NB_ALPHA); table[bucket, c] = scale / 2 * r_c, 0 for a
+ * bucket no row has. With two classes r_0 = -r_1, so the wide path's logit
+ * difference starts at scale times naive Bayes' log-odds sum (times
+ * wide_scale). The whole table is overwritten. grams: scratch for the longest
+ * row's length * order buckets; work: 4 * C doubles. Serial: deterministic. */
+#define AC_WIDE_NB_ALPHA 1.0
+void wide_nb_init(float *table, const int32_t *ids, const int64_t *off, const int32_t *labels,
+                  const int64_t *rows, int64_t n_rows, int order, int n_buckets, int C, float scale,
+                  int32_t *grams, double *work);
+
 /* ---- linear: out[N, out_dim] = in[N, in_dim] @ w[out_dim, in_dim]^T + bias ---- */
 void linear_forward(float *out, const float *in, const float *w, const float *bias,
                     int N, int in_dim, int out_dim);

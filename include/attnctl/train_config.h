@@ -41,6 +41,10 @@ typedef struct {
      * shuffle, crops and dropout, and the model is the mean of the members'
      * kept weights. 1: one run, as before the setting existed. */
     int members;
+    /* > 0: the wide table starts at wide_nb / 2 times each class's naive
+     * Bayes log-count ratio from the training rows (wide_nb_init) instead of
+     * zeros; 0: zeros. */
+    float wide_nb;
 } ac_train_config;
 
 typedef struct {

@@ -153,6 +153,10 @@ static const option_spec OPTIONS[] = {
         AT(model.wide_buckets), TRAIN_ONLY),
     REAL("wide-norm", OPT_WIDE_NORM, 0, 1, 0, "a number from 0 to 1", TO_FLOAT,
          AT(model.wide_norm), TRAIN_ONLY),
+    /* training.wide_nb, the naive Bayes start of the wide path: off by default
+     * and not in --help or attnctl.1 while it is being measured */
+    REAL("wide-nb", OPT_WIDE_NB, 0, 100, 0, "a number from 0 to 100", TO_FLOAT,
+         AT(training.wide_nb), TRAIN_ONLY),
     REAL("crop", OPT_CROP, 0, 1, 0, "a number from 0 to 1", TO_DOUBLE, AT(training.crop_frac),
          TRAIN_ONLY),
     INT("crop-min", OPT_CROP_MIN, 1, 65536, "an integer from 1 to 65536", TO_INT,

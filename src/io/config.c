@@ -216,6 +216,7 @@ static const key_spec TRAINING_KEYS[] = {
     {"crop_max", K_INT, AT(training.crop_max), 1, 65536, SINCE_0_2, 0},
     {"label_smoothing", K_FLOAT, AT(training.label_smoothing), 0, 1, HI_OPEN | SINCE_0_2, 0},
     {"token_dropout", K_FLOAT, AT(training.token_dropout), 0, 1, HI_OPEN | SINCE_0_2, 0},
+    {"wide_nb", K_FLOAT, AT(training.wide_nb), 0, 100, SINCE_0_2, 0},
     {"ema", K_FLOAT, AT(training.ema), 0, 1, HI_OPEN | SINCE_0_2, 0},
     {"members", K_INT, AT(training.members), 1, AC_MAX_MEMBERS, SINCE_0_2, 0},
 };

@@ -114,3 +114,60 @@ void wide_backward(float *dtable, const float *dlogits, const int32_t *buckets,
                 dtable[(size_t)bk[i] * C + c] += scale * dlogits[(size_t)b * C + c];
     }
 }
+
+void wide_nb_init(float *table, const int32_t *ids, const int64_t *off, const int32_t *labels,
+                  const int64_t *rows, int64_t n_rows, int order, int n_buckets, int C, float scale,
+                  int32_t *grams, double *work)
+{
+    double *class_total = work, *p_norm = work + C, *q_norm = work + 2 * C, *ratio = work + 3 * C;
+    const size_t n_cells = (size_t)n_buckets * (size_t)C;
+    for (size_t i = 0; i < n_cells; i++)
+        table[i] = 0.0f;
+    for (int c = 0; c < C; c++)
+        class_total[c] = 0.0;
+    /* Counts first, in the table itself: a bucket's cell of class c is the
+     * number of class-c rows having it (binarised: once per row). */
+    for (int64_t k = 0; k < n_rows; k++) {
+        const int64_t r = rows[k];
+        const int c = labels[r];
+        const int count = wide_buckets_of_text(grams, ids + off[r], (int)(off[r + 1] - off[r]),
+                                               order, n_buckets);
+        for (int i = 0; i < count; i++)
+            table[(size_t)grams[i] * C + c] += 1.0f;
+        class_total[c] += count;
+    }
+    /* The feature space is the buckets some row has, as NBSVM's vocabulary is
+     * the n-grams some row has: alpha is added to each of them only. */
+    int64_t seen = 0;
+    double all = 0.0;
+    for (int b = 0; b < n_buckets; b++) {
+        const float *cell = table + (size_t)b * C;
+        for (int c = 0; c < C; c++)
+            if (cell[c] > 0.0f) {
+                seen++;
+                break;
+            }
+    }
+    for (int c = 0; c < C; c++)
+        all += class_total[c];
+    const double alpha = AC_WIDE_NB_ALPHA;
+    for (int c = 0; c < C; c++) {
+        p_norm[c] = class_total[c] + alpha * (double)seen;
+        q_norm[c] = all - class_total[c] + alpha * (double)seen;
+    }
+    for (int b = 0; b < n_buckets; b++) {
+        float *cell = table + (size_t)b * C;
+        double in_row = 0.0;
+        for (int c = 0; c < C; c++)
+            in_row += cell[c];
+        if (in_row == 0.0)
+            continue;
+        for (int c = 0; c < C; c++) { /* every class's ratio reads the counts of all */
+            const double p = ((double)cell[c] + alpha) / p_norm[c];
+            const double q = (in_row - (double)cell[c] + alpha) / q_norm[c];
+            ratio[c] = log(p / q);
+        }
+        for (int c = 0; c < C; c++)
+            cell[c] = (float)(0.5 * (double)scale * ratio[c]);
+    }
+}

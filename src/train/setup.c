@@ -157,6 +157,36 @@ static int check_config_roundtrip(const ac_config *cfg, ac_err *err)
     return rc;
 }
 
+/* training.wide_nb: the wide table from the training rows' naive Bayes
+ * log-count ratios (wide_nb_init); part of the initial weights, so every
+ * member starts from it and a resumed run finds it in the checkpoint. */
+static int wide_start_from_nb(trainer *t, ac_err *err)
+{
+    const ac_model_config *mc = &t->cfg.model;
+    if (!t->model.p.wide_w || mc->objective == AC_OBJECTIVE_MASKED_LM)
+        return 0;
+    const ac_corpus *c = &t->train_corpus;
+    int64_t longest = 1;
+    for (int64_t k = 0; k < t->n_train; k++) {
+        const int64_t r = t->train_idx[k];
+        if (c->off[r + 1] - c->off[r] > longest)
+            longest = c->off[r + 1] - c->off[r];
+    }
+    int32_t *grams = malloc((size_t)longest * (size_t)mc->wide_order * sizeof *grams);
+    double *work = malloc((size_t)4 * (size_t)mc->n_classes * sizeof *work);
+    if (!grams || !work) {
+        free(grams);
+        free(work);
+        return ac_err_set(err, "out of memory for the wide path's naive Bayes start");
+    }
+    wide_nb_init(t->model.p.wide_w, c->ids, c->off, c->labels, t->train_idx, t->n_train,
+                 mc->wide_order, mc->wide_buckets, mc->n_classes, t->cfg.training.wide_nb, grams,
+                 work);
+    free(grams);
+    free(work);
+    return 0;
+}
+
 static int setup_fresh(trainer *t, ac_err *err)
 {
     const ac_train_options *o = t->opt;
@@ -200,6 +230,8 @@ static int setup_fresh(trainer *t, ac_err *err)
     t->have_model = 1;
     ac_model_init_weights(&t->model, ac_rng_key(tc->seed, STREAM_INIT));
     if (o->init_dir && trainer_copy_init_weights(t, err))
+        return -1;
+    if (t->cfg.training.wide_nb > 0.0f && wide_start_from_nb(t, err))
         return -1;
     if (allocate_training_memory(t, err))
         return -1;
