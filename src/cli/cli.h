@@ -27,6 +27,7 @@ int cmd_eval(int argc, char **argv);
 int cmd_predict(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
 
 /* "attnctl: error: ..." on stderr; returns CLI_EXIT_RUNTIME. */
 int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -11,7 +11,7 @@
 int cli_infer_open(cli_infer *s, const char *model_dir, int batch_size, ac_err *err)
 {
     memset(s, 0, sizeof *s);
-    if (ac_model_dir_load(&s->md, model_dir, err) != 0)
+    if (ac_model_dir_load_inference(&s->md, model_dir, err) != 0)
         return -1;
     s->loaded = 1;
     if (s->md.model.cfg.objective != AC_OBJECTIVE_CLASSIFICATION) {

@@ -375,6 +375,7 @@ void ac_model_free(ac_model *m)
         free(m->sparse[k].rows);
     }
     free(m->act.mem);
+    ac_quant_free(m->quant);
     memset(m, 0, sizeof *m);
 }
 
@@ -653,6 +654,7 @@ static void embed_ids(ac_model *m, float *out, const int32_t *ids, const int32_t
 {
     const ac_model_config *c = &m->cfg;
     const int d = c->d_model;
+    ac_model_quant_embed_rows(m, ids, (size_t)B * (size_t)T);
     embedding_forward(out, ids, m->p.embed_w, m->p.pos_w ? m->p.pos_w : m->pos_table, B, T, d);
     if (m->p.ngram_w) {
         ngram_buckets_compute(m->act.ngram_ids, ids, lengths, B, T, c->ngram_order,
@@ -756,8 +758,12 @@ static float classifier_head_forward(ac_model *m, const int32_t *lengths, const 
     if (m->p.wide_w && m->last_ids) {
         wide_buckets_compute(a->wide_ids, a->wide_counts, m->last_ids, lengths, B, T,
                              c->wide_order, c->wide_buckets);
-        wide_forward(a->logits, a->wide_ids, a->wide_counts, m->p.wide_w, B, T, c->wide_order, C,
-                     c->wide_norm);
+        if (m->quant && m->quant->wide.ids)
+            ac_wide_sparse_forward(a->logits, &m->quant->wide, a->wide_ids, a->wide_counts, B, T,
+                                   c->wide_order, c->wide_norm);
+        else
+            wide_forward(a->logits, a->wide_ids, a->wide_counts, m->p.wide_w, B, T,
+                         c->wide_order, C, c->wide_norm);
     }
     m->last_labels = labels;
     float loss = 0.0f;
