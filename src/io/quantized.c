@@ -547,7 +547,7 @@ int ac_quantize_model_dir(const char *src, const char *dst, int wide_rows, int w
     memcpy(all + head.n, tail.entries, (size_t)tail.n * sizeof *all);
     if (ac_mkdir_p(dst, err) != 0)
         goto done;
-    const char *const META[] = {"format", "pt", "producer", "attnctl " AC_VERSION};
+    const char *const META[] = {"format", "pt", "producer", ("attnctl " AC_VERSION)};
     for (int i = 0; i < N_FILES; i++) {
         if (ac_atomic_begin(&files[i], paths[i], err) != 0)
             goto done;
