@@ -250,6 +250,97 @@ END_TEST
 START_TEST(test_sparse_three_classes) { check_sparse_matches_dense(3, 1); }
 END_TEST
 
+/* ------------------------------------------------------- int8 linear layers */
+
+/* The layer on N rows with the given kernel and threads. */
+static void qlinear_run(float *out, const float *in, const ac_qlinear *l, const float *bias, int N,
+                        ac_qkernel k, int threads)
+{
+    int before = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    ac_qlinear_forward(out, in, l, bias, N, k);
+    omp_set_num_threads(before);
+}
+
+/* Shapes that fill whole blocks and shapes that do not (outputs not a
+ * multiple of 16 nor of 64, inputs not a multiple of 4, rows not of 4 or 16). */
+static void check_qlinear(int N, int in, int outd)
+{
+    float *w = malloc(sizeof(float) * (size_t)outd * in), *x = malloc(sizeof(float) * (size_t)N * in);
+    float *bias = malloc(sizeof(float) * (size_t)outd), *scale = malloc(sizeof(float) * (size_t)outd);
+    float *wd = malloc(sizeof(float) * (size_t)outd * in);
+    int8_t *q = malloc((size_t)outd * in);
+    for (int i = 0; i < outd * in; i++)
+        w[i] = 0.1f * ac_rng_normal(21, (uint64_t)i);
+    for (int i = 0; i < N * in; i++)
+        x[i] = ac_rng_normal(22, (uint64_t)i);
+    for (int i = 0; i < in; i++)
+        x[i] = 0.0f; /* a zero row gives the bias */
+    for (int o = 0; o < outd; o++)
+        bias[o] = 0.5f * ac_rng_normal(23, (uint64_t)o);
+    ac_quant_rows_i8(q, scale, w, (size_t)outd, (size_t)in);
+    ac_dequant_rows_i8(wd, q, scale, (size_t)outd, (size_t)in);
+    ac_qlinear l;
+    ck_assert_int_eq(ac_qlinear_init(&l, q, scale, outd, in), 0);
+    size_t n_out = (size_t)N * outd;
+    float *c1 = malloc(sizeof(float) * n_out), *c2 = malloc(sizeof(float) * n_out),
+          *v2 = malloc(sizeof(float) * n_out);
+    qlinear_run(c1, x, &l, bias, N, AC_QKERNEL_C, 1);
+    qlinear_run(c2, x, &l, bias, N, AC_QKERNEL_C, 2);
+    ck_assert_int_eq(memcmp(c1, c2, sizeof(float) * n_out), 0);
+    if (ac_qkernel_available(AC_QKERNEL_VNNI)) {
+        qlinear_run(v2, x, &l, bias, N, AC_QKERNEL_VNNI, 2);
+        ck_assert_int_eq(memcmp(c1, v2, sizeof(float) * n_out), 0); /* the same integer sums */
+    } else {
+        printf("SKIP: no AVX512-VNNI here: the VNNI kernel is not compared\n");
+    }
+    /* against the F32 layer on the dequantized weights: within the input's rounding */
+    for (int r = 0; r < N; r++) {
+        float xmax = 0.0f;
+        for (int k = 0; k < in; k++)
+            xmax = fmaxf(xmax, fabsf(x[r * in + k]));
+        for (int o = 0; o < outd; o++) {
+            double ref = bias[o], bound = 0.0;
+            for (int k = 0; k < in; k++) {
+                ref += (double)x[r * in + k] * wd[o * in + k];
+                bound += fabs(wd[o * in + k]);
+            }
+            bound = bound * 0.5 * xmax / 127.0 + 1e-5;
+            ck_assert_msg(fabs(c1[r * outd + o] - ref) <= bound, "row %d out %d: %g, F32 %g", r,
+                          o, (double)c1[r * outd + o], ref);
+            if (r == 0)
+                ck_assert_float_eq(c1[o], bias[o]);
+        }
+    }
+    /* a row that is not finite gives NaN (a broken model stays visible) */
+    x[in] = NAN;
+    qlinear_run(c1, x, &l, NULL, 2, AC_QKERNEL_AUTO, 1);
+    ck_assert(isnan(c1[outd]));
+    ac_qlinear_free(&l);
+    free(w);
+    free(x);
+    free(bias);
+    free(scale);
+    free(wd);
+    free(q);
+    free(c1);
+    free(c2);
+    free(v2);
+}
+
+START_TEST(test_qlinear)
+{
+    check_qlinear(37, 64, 192);
+    check_qlinear(5, 30, 21);
+    check_qlinear(20, 256, 64);
+    ck_assert_str_eq(ac_qkernel_name(AC_QKERNEL_C), "c");
+    ac_qlinear l;
+    int8_t q[4] = {0};
+    float sc[1] = {1};
+    ck_assert_int_ne(ac_qlinear_init(&l, q, sc, 1, AC_QLINEAR_MAX_IN + 1), 0);
+}
+END_TEST
+
 /* --------------------------------------------------- a trained model, quantized */
 
 START_TEST(test_agrees_with_fp32)
@@ -523,6 +614,7 @@ static Suite *quant_suite(void)
     tcase_add_test(tc, test_select_rows);
     tcase_add_test(tc, test_sparse_two_classes);
     tcase_add_test(tc, test_sparse_three_classes);
+    tcase_add_test(tc, test_qlinear);
     tcase_add_test(tc, test_agrees_with_fp32);
     tcase_add_test(tc, test_same_bits_lazy_and_threads);
     tcase_add_test(tc, test_round_trip);

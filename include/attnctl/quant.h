@@ -70,7 +70,44 @@ void ac_wide_sparse_forward(float *logits, const ac_wide_sparse *w, const int32_
  * the row (x/2, -x/2) for two classes, else the stored centred row. */
 void ac_wide_sparse_to_dense(float *table, const ac_wide_sparse *w);
 
+/* ---- int8 linear layers (the encoder of a quantized model) ----
+ * out[n, o] = sx[n] * sw[o] * sum_k qx[n, k] * qw[o, k] + bias[o], where
+ * qw, sw are the stored int8 rows of the weight and qx, sx the input row
+ * quantized the same way when the layer runs (symmetric, max |x| / 127).
+ * The sums are exact 32-bit integers, so every kernel gives the same bits
+ * at any thread count: AVX512-VNNI (vpdpbusd, unsigned inputs shifted by
+ * 128 and the shift taken back with the weight rows' sums) where the
+ * processor has it, else plain C. */
+typedef enum {
+    AC_QKERNEL_AUTO = 0, /* the fastest the processor runs */
+    AC_QKERNEL_C = 1,    /* plain C, on any processor */
+    AC_QKERNEL_VNNI = 2, /* AVX512-VNNI (AUTO picks it when available) */
+} ac_qkernel;
+/* Whether the processor runs the kernel (AC_QKERNEL_C: always). */
+int ac_qkernel_available(ac_qkernel k);
+const char *ac_qkernel_name(ac_qkernel k); /* of the one AUTO picks, for AUTO */
+
+/* Inputs of at most this many features run in int8 (else the F32 layer). */
+#define AC_QLINEAR_MAX_IN 4096
+
+typedef struct {
+    int out_dim, in_dim;
+    int out_pad, in_pad;  /* rounded up to 16 and 4 */
+    int8_t *packed;       /* [out_pad / 16][in_pad / 4][16][4]: 16 outputs x 4 inputs a 64-byte block */
+    float *scale;         /* [out_dim] */
+    int32_t *wsum;        /* [out_dim] sum of the row's int8 values */
+} ac_qlinear;
+
+/* From int8 rows q [out_dim, in_dim] and their scales (copied). -1 when
+ * out of memory or in_dim > AC_QLINEAR_MAX_IN. */
+int ac_qlinear_init(ac_qlinear *l, const int8_t *q, const float *scale, int out_dim, int in_dim);
+void ac_qlinear_free(ac_qlinear *l);
+/* out [N, out_dim] = the layer on in [N, in_dim] (+ bias when not NULL). */
+void ac_qlinear_forward(float *out, const float *in, const ac_qlinear *l, const float *bias, int N,
+                        ac_qkernel kernel);
+
 /* ---- what a quantized model holds beyond its F32 parameters ---- */
+enum { AC_QL_QKV, AC_QL_OUT, AC_QL_FC1, AC_QL_FC2, AC_QL_PER_LAYER };
 typedef struct {
     ac_wide_sparse wide;   /* wide.ids NULL: the model has no wide path */
     /* Token embeddings still in int8 (NULL once all are in embed.weight):
@@ -82,6 +119,11 @@ typedef struct {
     void *mapping;         /* the model file these point into (unmapped by ac_quant_free) */
     size_t mapping_len;
     void *owned;           /* or a malloc'd copy of it (freed by ac_quant_free) */
+    /* The encoder's linear layers in int8, [layer][AC_QL_*] (q, k and v as
+     * one [3d, d] layer); n_layers 0: the F32 layers run. */
+    ac_qlinear (*linear)[AC_QL_PER_LAYER];
+    int n_layers;
+    ac_qkernel kernel;
 } ac_quant;
 
 void ac_quant_free(ac_quant *q); /* frees the struct too; NULL is fine */

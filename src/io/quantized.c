@@ -296,6 +296,54 @@ static int load_checked(ac_model *m, ac_quant *q, const ac_safetensors *st, cons
     return 0;
 }
 
+/* The encoder's linear layers in int8 from the checked file (q, k and v
+ * concatenated into one [3d, d] layer, as the model runs them). */
+static int setup_linear(ac_quant *q, const ac_model *m, const ac_safetensors *st, const char *path,
+                        ac_err *err)
+{
+    const ac_model_config *c = &m->cfg;
+    const int d = c->d_model, ff = c->d_ff;
+    if (c->n_layers == 0 || d > AC_QLINEAR_MAX_IN || ff > AC_QLINEAR_MAX_IN)
+        return 0; /* the F32 layers run */
+    q->linear = calloc((size_t)c->n_layers, sizeof *q->linear);
+    int8_t *qkv = malloc((size_t)3 * d * d);
+    float *qkv_scale = malloc((size_t)3 * d * sizeof *qkv_scale);
+    if (!q->linear || !qkv || !qkv_scale) {
+        free(qkv);
+        free(qkv_scale);
+        return ac_err_set(err, "%s: out of memory", path);
+    }
+    q->n_layers = c->n_layers;
+    static const char *const parts[] = {"attn.q", "attn.k", "attn.v", "attn.out", "ffn.fc1",
+                                        "ffn.fc2"};
+    char name[AC_PARAM_NAME_LEN + 16];
+    int rc = 0;
+    for (int l = 0; l < c->n_layers && rc == 0; l++) {
+        const int8_t *w[6];
+        const float *sc[6];
+        for (int k = 0; k < 6; k++) {
+            snprintf(name, sizeof name, "layers.%d.%s.weight", l, parts[k]);
+            const ac_st_tensor *t = ac_st_find(st, name);
+            w[k] = (const int8_t *)(st->data + t->begin);
+            snprintf(name, sizeof name, "layers.%d.%s.weight" SCALE_SUFFIX, l, parts[k]);
+            sc[k] = (const float *)(const void *)(st->data + ac_st_find(st, name)->begin);
+        }
+        for (int k = 0; k < 3; k++) {
+            memcpy(qkv + (size_t)k * d * d, w[k], (size_t)d * d);
+            memcpy(qkv_scale + (size_t)k * d, sc[k], (size_t)d * sizeof *qkv_scale);
+        }
+        ac_qlinear *ql = q->linear[l];
+        if (ac_qlinear_init(&ql[AC_QL_QKV], qkv, qkv_scale, 3 * d, d) != 0 ||
+            ac_qlinear_init(&ql[AC_QL_OUT], w[3], sc[3], d, d) != 0 ||
+            ac_qlinear_init(&ql[AC_QL_FC1], w[4], sc[4], ff, d) != 0 ||
+            ac_qlinear_init(&ql[AC_QL_FC2], w[5], sc[5], d, ff) != 0)
+            rc = ac_err_set(err, "%s: out of memory", path);
+    }
+    free(qkv);
+    free(qkv_scale);
+    return rc;
+}
+
 int ac_quant_load_tensors(ac_model *m, const ac_storage *s, const char *path, int lazy,
                           ac_err *err)
 {
@@ -307,8 +355,9 @@ int ac_quant_load_tensors(ac_model *m, const ac_storage *s, const char *path, in
         ac_st_free(&st);
         return ac_err_set(err, "%s: out of memory", path);
     }
-    if (load_checked(m, q, &st, s, lazy, path, err) != 0) {
-        free(q);
+    if (load_checked(m, q, &st, s, lazy, path, err) != 0 ||
+        setup_linear(q, m, &st, path, err) != 0) {
+        ac_quant_free(q);
         ac_st_free(&st);
         return -1;
     }

@@ -663,6 +663,18 @@ static void embed_ids(ac_model *m, float *out, const int32_t *ids, const int32_t
     }
 }
 
+/* Linear layer `which` (AC_QL_*) of encoder layer l: in int8 in a quantized
+ * model (attnctl/quant.h), else the F32 layer. */
+static void layer_linear(const ac_model *m, int l, int which, float *out, const float *in,
+                         const float *w, const float *bias, int N, int in_dim, int out_dim)
+{
+    const ac_quant *q = m->quant;
+    if (q && l < q->n_layers && q->linear[l][which].packed)
+        ac_qlinear_forward(out, in, &q->linear[l][which], bias, N, q->kernel);
+    else
+        linear_forward(out, in, w, bias, N, in_dim, out_dim);
+}
+
 /* The encoder after act.embed_sum, shared by every objective: the embedding
  * LayerNorm (and dropout) and the layers; the output is layer_input(m, L,
  * drop). Records the forward's state for backward (no labels yet). *t is
@@ -691,13 +703,13 @@ static void encoder_from_embed_sum(ac_model *m, const int32_t *ids, const int32_
         const ac_layer_params *w = &m->p.layers[l];
         const float *x = layer_input(m, l, drop);
         float *qkv = a->qkv[l];
-        linear_forward(qkv, x, w->q_w, NULL, N, d, 3 * d);
+        layer_linear(m, l, AC_QL_QKV, qkv, x, w->q_w, NULL, N, d, 3 * d);
         prof_lap(m, &t, m->profile.forward, AC_PART_QKV);
         attention_forward(a->attn[l], maps ? a->probs[l] : NULL,
                           a->attn_scratch, a->attn_slots, qkv, qkv + d, qkv + 2 * d, 3 * d,
                           lengths, B, T, d, H, scale);
         prof_lap(m, &t, m->profile.forward, AC_PART_ATTENTION);
-        linear_forward(a->attn_proj[l], a->attn[l], w->out_w, w->out_b, N, d, d);
+        layer_linear(m, l, AC_QL_OUT, a->attn_proj[l], a->attn[l], w->out_w, w->out_b, N, d, d);
         prof_lap(m, &t, m->profile.forward, AC_PART_ATTN_OUT);
         if (drop) {
             dropout_forward(a->res1[l], a->attn_mask[l], a->attn_proj[l], p, Nd,
@@ -709,9 +721,9 @@ static void encoder_from_embed_sum(ac_model *m, const int32_t *ids, const int32_
         layernorm_forward(a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], a->res1[l], w->ln1_w,
                           w->ln1_b, N, d, c->ln_eps);
         prof_lap(m, &t, m->profile.forward, AC_PART_ADD_NORM);
-        linear_forward(a->fc1[l], a->ln1[l], w->fc1_w, w->fc1_b, N, d, ff);
+        layer_linear(m, l, AC_QL_FC1, a->fc1[l], a->ln1[l], w->fc1_w, w->fc1_b, N, d, ff);
         relu_forward(a->relu[l], a->fc1[l], (size_t)N * ff);
-        linear_forward(a->fc2[l], a->relu[l], w->fc2_w, w->fc2_b, N, ff, d);
+        layer_linear(m, l, AC_QL_FC2, a->fc2[l], a->relu[l], w->fc2_w, w->fc2_b, N, ff, d);
         prof_lap(m, &t, m->profile.forward, AC_PART_FFN);
         if (drop) {
             dropout_forward(a->res2[l], a->ffn_mask[l], a->fc2[l], p, Nd,

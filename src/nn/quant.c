@@ -204,6 +204,10 @@ void ac_quant_free(ac_quant *q)
 {
     if (!q)
         return;
+    for (int l = 0; l < q->n_layers; l++)
+        for (int k = 0; k < AC_QL_PER_LAYER; k++)
+            ac_qlinear_free(&q->linear[l][k]);
+    free(q->linear);
     if (q->mapping)
         munmap(q->mapping, q->mapping_len);
     free(q->owned);
