@@ -341,6 +341,73 @@ START_TEST(test_qlinear)
 }
 END_TEST
 
+/* Attention with int8 scores: the C and VNNI kernels give the same bits,
+ * with or without the maps kept, at 1 and 2 threads; close to the F32
+ * attention; the maps are probabilities. */
+static void attention_int8_run(float *out, float *probs, const float *qkv, const int32_t *lengths,
+                               int B, int T, int d, int H, int vnni, int threads)
+{
+    const int slots = 2;
+    size_t n = attention_scratch_floats(T, d, H, slots);
+    float *scratch = malloc(n * sizeof *scratch);
+    int before = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    attention_forward_int8(out, probs, scratch, slots, qkv, qkv + d, qkv + 2 * d, 3 * d, lengths,
+                           B, T, d, H, 0.25f, vnni);
+    omp_set_num_threads(before);
+    free(scratch);
+}
+
+START_TEST(test_attention_int8)
+{
+    enum { B = 2, T = 37, D = 32, H = 2 };
+    const int32_t lengths[B] = {T, 20};
+    float *qkv = malloc(sizeof(float) * B * T * 3 * D);
+    for (int i = 0; i < B * T * 3 * D; i++)
+        qkv[i] = ac_rng_normal(31, (uint64_t)i);
+    const size_t n_out = (size_t)B * T * D, n_probs = (size_t)B * H * T * T;
+    float *a = malloc(sizeof(float) * n_out), *b = malloc(sizeof(float) * n_out),
+          *ref = malloc(sizeof(float) * n_out), *pa = malloc(sizeof(float) * n_probs),
+          *pb = malloc(sizeof(float) * n_probs);
+    attention_int8_run(a, NULL, qkv, lengths, B, T, D, H, 0, 1);
+    attention_int8_run(b, NULL, qkv, lengths, B, T, D, H, 0, 2);
+    ck_assert_int_eq(memcmp(a, b, sizeof(float) * n_out), 0);
+    if (ac_qkernel_available(AC_QKERNEL_VNNI)) {
+        attention_int8_run(b, NULL, qkv, lengths, B, T, D, H, 1, 2);
+        ck_assert_int_eq(memcmp(a, b, sizeof(float) * n_out), 0);
+        attention_int8_run(b, pb, qkv, lengths, B, T, D, H, 1, 1);
+    } else {
+        attention_int8_run(b, pb, qkv, lengths, B, T, D, H, 0, 1);
+    }
+    attention_int8_run(ref, pa, qkv, lengths, B, T, D, H, 0, 1);
+    ck_assert_int_eq(memcmp(pa, pb, sizeof(float) * n_probs), 0);
+    for (size_t i = 0; i < n_out; i++) /* normalised before or after the sum */
+        ck_assert_float_eq_tol(a[i], ref[i], 1e-5f);
+    for (int bh = 0; bh < B * H; bh++)
+        for (int t = 0; t < lengths[bh / H]; t++) {
+            double sum = 0;
+            for (int s2 = 0; s2 < T; s2++)
+                sum += pa[((size_t)bh * T + t) * T + s2];
+            ck_assert_double_eq_tol(sum, 1.0, 1e-5);
+        }
+    /* against the F32 attention */
+    size_t n = attention_scratch_floats(T, D, H, 1);
+    float *scratch = malloc(n * sizeof *scratch);
+    attention_forward(ref, NULL, scratch, 1, qkv, qkv + D, qkv + 2 * D, 3 * D, lengths, B, T, D, H,
+                      0.25f);
+    for (size_t i = 0; i < n_out; i++)
+        ck_assert_msg(fabsf(a[i] - ref[i]) < 0.05f, "%zu: %g, F32 %g", i, (double)a[i],
+                      (double)ref[i]);
+    free(scratch);
+    free(qkv);
+    free(a);
+    free(b);
+    free(ref);
+    free(pa);
+    free(pb);
+}
+END_TEST
+
 /* --------------------------------------------------- a trained model, quantized */
 
 START_TEST(test_agrees_with_fp32)
@@ -615,6 +682,7 @@ static Suite *quant_suite(void)
     tcase_add_test(tc, test_sparse_two_classes);
     tcase_add_test(tc, test_sparse_three_classes);
     tcase_add_test(tc, test_qlinear);
+    tcase_add_test(tc, test_attention_int8);
     tcase_add_test(tc, test_agrees_with_fp32);
     tcase_add_test(tc, test_same_bits_lazy_and_threads);
     tcase_add_test(tc, test_round_trip);

@@ -86,6 +86,7 @@ typedef enum {
 /* Whether the processor runs the kernel (AC_QKERNEL_C: always). */
 int ac_qkernel_available(ac_qkernel k);
 const char *ac_qkernel_name(ac_qkernel k); /* of the one AUTO picks, for AUTO */
+int ac_qkernel_is_vnni(ac_qkernel k);      /* k (AUTO: the one it picks) runs on AVX512-VNNI */
 
 /* Inputs of at most this many features run in int8 (else the F32 layer). */
 #define AC_QLINEAR_MAX_IN 4096

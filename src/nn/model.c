@@ -705,9 +705,15 @@ static void encoder_from_embed_sum(ac_model *m, const int32_t *ids, const int32_
         float *qkv = a->qkv[l];
         layer_linear(m, l, AC_QL_QKV, qkv, x, w->q_w, NULL, N, d, 3 * d);
         prof_lap(m, &t, m->profile.forward, AC_PART_QKV);
-        attention_forward(a->attn[l], maps ? a->probs[l] : NULL,
-                          a->attn_scratch, a->attn_slots, qkv, qkv + d, qkv + 2 * d, 3 * d,
-                          lengths, B, T, d, H, scale);
+        if (m->quant && m->quant->n_layers > 0)
+            attention_forward_int8(a->attn[l], maps ? a->probs[l] : NULL, a->attn_scratch,
+                                   a->attn_slots, qkv, qkv + d, qkv + 2 * d, 3 * d, lengths, B,
+                                   T, d, H, scale,
+                                   ac_qkernel_is_vnni(m->quant->kernel));
+        else
+            attention_forward(a->attn[l], maps ? a->probs[l] : NULL,
+                              a->attn_scratch, a->attn_slots, qkv, qkv + d, qkv + 2 * d, 3 * d,
+                              lengths, B, T, d, H, scale);
         prof_lap(m, &t, m->profile.forward, AC_PART_ATTENTION);
         layer_linear(m, l, AC_QL_OUT, a->attn_proj[l], a->attn[l], w->out_w, w->out_b, N, d, d);
         prof_lap(m, &t, m->profile.forward, AC_PART_ATTN_OUT);

@@ -37,6 +37,8 @@ static ac_qkernel resolve(ac_qkernel k)
     return ac_qkernel_available(k) ? k : AC_QKERNEL_C;
 }
 
+int ac_qkernel_is_vnni(ac_qkernel k) { return resolve(k) == AC_QKERNEL_VNNI; }
+
 const char *ac_qkernel_name(ac_qkernel k)
 {
     return resolve(k) == AC_QKERNEL_VNNI ? "avx512-vnni" : "c";
