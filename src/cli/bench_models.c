@@ -40,9 +40,6 @@ static int measure_model(model_speed *r, const char *dir, const char *data_path,
     ac_rawdata raw;
     ac_corpus corpus;
     ac_batch_plan plan;
-    memset(&raw, 0, sizeof raw);
-    memset(&corpus, 0, sizeof corpus);
-    memset(&plan, 0, sizeof plan);
     memset(r, 0, sizeof *r);
     r->dir = dir;
     double t0 = cli_now();
@@ -55,14 +52,8 @@ static int measure_model(model_speed *r, const char *dir, const char *data_path,
                     : "f32";
     r->file_mb = file_mb(dir);
     int rc = -1;
-    ac_read_options ro = {.need_label = 0};
-    if (ac_rawdata_read(&raw, data_path, &ro, err) != 0)
+    if (cli_infer_read_csv(&s, data_path, 0, &raw, &corpus, &plan, err) != 0)
         goto done;
-    if (ac_corpus_encode(&corpus, &raw, &s.md.config.tokenizer, &s.md.vocab, s.max_len, err) != 0 ||
-        ac_batch_plan_make(&plan, &corpus, NULL, corpus.n, BENCH_MODEL_BATCH, 0, 0, err) != 0) {
-        ac_err_prefix(err, "%s", data_path);
-        goto done;
-    }
     if (corpus.n == 0) {
         ac_err_set(err, "%s: no rows", data_path);
         goto done;

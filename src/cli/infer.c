@@ -172,6 +172,25 @@ void cli_infer_close(cli_infer *s)
     memset(s, 0, sizeof *s);
 }
 
+int cli_infer_read_csv(cli_infer *s, const char *path, int need_label, ac_rawdata *raw,
+                       ac_corpus *corpus, ac_batch_plan *plan, ac_err *err)
+{
+    memset(raw, 0, sizeof *raw);
+    memset(corpus, 0, sizeof *corpus);
+    memset(plan, 0, sizeof *plan);
+    ac_read_options ro = {.need_label = need_label};
+    if (need_label) {
+        ro.classes = s->md.config.labels;
+        ro.n_classes = s->md.config.n_labels;
+    }
+    if (ac_rawdata_read(raw, path, &ro, err) != 0)
+        return -1;
+    if (ac_corpus_encode(corpus, raw, &s->md.config.tokenizer, &s->md.vocab, s->max_len, err) != 0 ||
+        ac_batch_plan_make(plan, corpus, NULL, corpus->n, s->batch_size, 0, 0, err) != 0)
+        return ac_err_prefix(err, "%s", path);
+    return 0;
+}
+
 double cli_now(void)
 {
     struct timespec ts;

@@ -45,6 +45,12 @@ static inline const float *cli_infer_probs(const cli_infer *s, int b)
 }
 static inline const float *cli_infer_losses(const cli_infer *s) { return s->losses; }
 void cli_infer_close(cli_infer *s);
+/* Reads a CSV[.gz] (need_label: its labels, in the model's classes) and
+ * encodes it for the model: *raw, *corpus and a plan of batches of
+ * s->batch_size rows in file order (all zeroed first; the caller frees
+ * them, also after an error, which names the file). */
+int cli_infer_read_csv(cli_infer *s, const char *path, int need_label, ac_rawdata *raw,
+                       ac_corpus *corpus, ac_batch_plan *plan, ac_err *err);
 
 /* Wall clock in seconds (monotonic). */
 double cli_now(void);

@@ -2,11 +2,13 @@
  * wide table pruned and sparse) that every command loads as any model, with
  * its size and, on a labelled CSV, its accuracy and agreement with the
  * original. */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "attnctl/metrics.h"
 #include "attnctl/quant_io.h"
@@ -108,23 +110,12 @@ static int predict_labels(const char *dir, const char *csv, int32_t **pred, int3
     ac_rawdata raw;
     ac_corpus corpus;
     ac_batch_plan plan;
-    memset(&raw, 0, sizeof raw);
-    memset(&corpus, 0, sizeof corpus);
-    memset(&plan, 0, sizeof plan);
     *pred = *truth = NULL;
     if (cli_infer_open(&s, dir, CHECK_BATCH, err) != 0)
         return -1;
     int rc = -1;
-    ac_read_options ro = {.need_label = 1,
-                          .classes = s.md.config.labels,
-                          .n_classes = s.md.config.n_labels};
-    if (ac_rawdata_read(&raw, csv, &ro, err) != 0)
+    if (cli_infer_read_csv(&s, csv, 1, &raw, &corpus, &plan, err) != 0)
         goto done;
-    if (ac_corpus_encode(&corpus, &raw, &s.md.config.tokenizer, &s.md.vocab, s.max_len, err) != 0 ||
-        ac_batch_plan_make(&plan, &corpus, NULL, corpus.n, CHECK_BATCH, 0, 0, err) != 0) {
-        ac_err_prefix(err, "%s", csv);
-        goto done;
-    }
     *pred = malloc(((size_t)corpus.n + 1) * sizeof **pred);
     *truth = malloc(((size_t)corpus.n + 1) * sizeof **truth);
     if (!*pred || !*truth) {
@@ -201,6 +192,9 @@ int cmd_quantize(int argc, char **argv)
     if (prc != 0)
         return prc > 0 ? prc : CLI_EXIT_OK;
     cli_set_threads((int)o.threads);
+    /* a --check file that cannot be read is an error before anything is written */
+    if (o.check_path && access(o.check_path, R_OK) != 0)
+        return cli_error("%s: cannot open: %s", o.check_path, strerror(errno));
     ac_err err = {{0}};
     int kept = 0;
     if (ac_quantize_model_dir(o.model_dir, o.out_dir, (int)o.cutoff, AC_QUANT_DEFAULT_WIDE_GROUP,
