@@ -509,7 +509,8 @@ START_TEST(test_round_trip)
             ck_assert_float_eq_tol(wb[k], wa[k], 0.51f * scale[k / (size_t)p->shape[1]] + 1e-7f);
         }
     }
-    ck_assert_str_eq(ac_st_find(&st, "head.wide.ids")->dtype, "I32");
+    ck_assert_str_eq(ac_st_find(&st, "head.wide.ids")->dtype, "U16");
+    ck_assert_str_eq(ac_st_find(&st, "head.wide.starts")->dtype, "I32");
     ck_assert_int_eq((int)ac_st_find(&st, "head.wide.values")->shape[1], 1);
     ac_st_free(&st);
     ac_model_dir_free(&a);
@@ -586,7 +587,8 @@ START_TEST(test_corrupt_files)
     unsigned char *orig = slurp(model, &len);
     char *corig = (char *)slurp(config, &clen);
     const size_t at = data_offset(model, "head.wide.ids"),
-                 at_scale = data_offset(model, "embed.weight.scale");
+                 at_scale = data_offset(model, "embed.weight.scale"),
+                 at_starts = data_offset(model, "head.wide.starts");
 
     /* truncated anywhere: an error naming the file */
     const size_t cuts[] = {0, 5, 8, 20, len / 2, len - 1};
@@ -606,6 +608,12 @@ START_TEST(test_corrupt_files)
     memcpy(bad + at, &huge, 4);
     spit(model, bad, len);
     load_fails(q, model, "outside");
+    /* block starts that do not begin at 0 */
+    memcpy(bad, orig, len);
+    const int32_t one = 1;
+    memcpy(bad + at_starts, &one, 4);
+    spit(model, bad, len);
+    load_fails(q, model, "head.wide.starts");
     /* a scale that is not a number */
     memcpy(bad, orig, len);
     const float nan = NAN;

@@ -20,7 +20,7 @@
 
 typedef struct {
     char *name;
-    char dtype[8];        /* models take F32 (and I8, I32 quantized: attnctl/quant_io.h) */
+    char dtype[8];        /* models take F32 (and I8, U16, I32 quantized: attnctl/quant_io.h) */
     int ndim;
     int64_t shape[AC_ST_MAX_DIMS];
     size_t begin, end;    /* byte offsets into data */
@@ -69,7 +69,7 @@ typedef struct {
     int ndim;
     int64_t shape[AC_ST_MAX_DIMS];
     const float *data;
-    /* Other dtypes (quantized models): dtype "I8", "I32" or "U8" and the
+    /* Other dtypes (quantized models): dtype "I8", "U8", "U16" or "I32" and the
      * values in host order at bytes (data unused). NULL: F32 from data. */
     const char *dtype;
     const void *bytes;

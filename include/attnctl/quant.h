@@ -120,6 +120,7 @@ typedef struct {
     void *mapping;         /* the model file these point into (unmapped by ac_quant_free) */
     size_t mapping_len;
     void *owned;           /* or a malloc'd copy of it (freed by ac_quant_free) */
+    int32_t *decoded_ids;  /* wide.ids, decoded from the file (owned) */
     /* The encoder's linear layers in int8, [layer][AC_QL_*] (q, k and v as
      * one [3d, d] layer); n_layers 0: the F32 layers run. */
     ac_qlinear (*linear)[AC_QL_PER_LAYER];

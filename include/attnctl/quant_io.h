@@ -9,11 +9,14 @@
  * before it reads a tensor. model.safetensors then holds:
  *   - every 2-D parameter but head.weight and head.wide.weight as I8 [rows,
  *     cols] with "<name>.scale" F32 [rows] (value = q * scale);
- *   - head.wide.weight as "head.wide.ids" I32 [K] (ascending bucket ids),
- *     "head.wide.values" I8 [K, W] (W = 1 for two classes, else C; see
- *     attnctl/quant.h) and "head.wide.scales" F32 [ceil(K / G)];
+ *   - head.wide.weight as the kept bucket ids, ascending: "head.wide.ids"
+ *     U16 [K] their low 16 bits and "head.wide.starts" I32 [ceil(buckets /
+ *     2^16) + 1] where each block of 2^16 buckets starts among them; the
+ *     values "head.wide.values" I8 [K, W] (W = 1 for two classes, else C;
+ *     see attnctl/quant.h) and "head.wide.scales" F32 [ceil(K / G)];
  *   - every other parameter (head.weight, biases, LayerNorm) as F32.
- * The 4-byte tensors come first, so that each lies 4-byte aligned. */
+ * The 4-byte tensors come first, then the 2-byte ones, then the bytes, so
+ * that each lies aligned. */
 #ifndef ATTNCTL_QUANT_IO_H
 #define ATTNCTL_QUANT_IO_H
 

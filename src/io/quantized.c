@@ -16,6 +16,8 @@
 #define STORAGE_FORMAT "quantized"
 #define STORAGE_MATRICES "int8-row"
 #define WIDE_IDS "head.wide.ids"
+#define WIDE_STARTS "head.wide.starts"
+#define ID_BLOCK_BITS 16 /* ids are stored as their low 16 bits, grouped by the rest */
 #define WIDE_VALUES "head.wide.values"
 #define WIDE_SCALES "head.wide.scales"
 #define WIDE_TABLE "head.wide.weight"
@@ -168,8 +170,9 @@ static int expect_tensor(const ac_safetensors *st, const char *name, const char 
                           path, name, got_s, want_s);
     }
     const unsigned char *p = st->data + t->begin;
-    if (strcmp(dtype, "I8") != 0 && (uintptr_t)p % 4 != 0)
-        return ac_err_set(err, "%s: tensor \"%s\": data not 4-byte aligned", path, name);
+    const unsigned align = strcmp(dtype, "I8") == 0 ? 1 : strcmp(dtype, "U16") == 0 ? 2 : 4;
+    if ((uintptr_t)p % align != 0)
+        return ac_err_set(err, "%s: tensor \"%s\": data not %u-byte aligned", path, name, align);
     *data = p;
     return 0;
 }
@@ -193,8 +196,8 @@ static int check_no_extras(const ac_safetensors *st, const ac_model *m, const ch
         const char *tn = st->tensors[i].name;
         size_t len = strlen(tn), sl = strlen(SCALE_SUFFIX);
         int ok;
-        if (strcmp(tn, WIDE_IDS) == 0 || strcmp(tn, WIDE_VALUES) == 0 ||
-            strcmp(tn, WIDE_SCALES) == 0) {
+        if (strcmp(tn, WIDE_IDS) == 0 || strcmp(tn, WIDE_STARTS) == 0 ||
+            strcmp(tn, WIDE_VALUES) == 0 || strcmp(tn, WIDE_SCALES) == 0) {
             ok = ac_model_has_wide(&m->cfg);
         } else if (len > sl && strcmp(tn + len - sl, SCALE_SUFFIX) == 0 &&
                    len - sl < sizeof base) {
@@ -216,27 +219,59 @@ static int check_no_extras(const ac_safetensors *st, const ac_model *m, const ch
 
 static const int32_t NO_IDS[1] = {0};
 
+/* The kept bucket ids from their stored form: U16 low bits, and where each
+ * block of 2^16 buckets starts among them (checked: starts from 0 to K, not
+ * decreasing, ids ascending within a block, inside the table). */
+static int decode_ids(int32_t *id, const uint16_t *low, const int32_t *starts, int n_blocks, int K,
+                      int n_buckets, const char *path, ac_err *err)
+{
+    if (starts[0] != 0 || starts[n_blocks] != K)
+        return ac_err_set(err, "%s: tensor \"" WIDE_STARTS "\": must run from 0 to %d (got %d to %d)",
+                          path, K, (int)starts[0], (int)starts[n_blocks]);
+    for (int h = 0; h < n_blocks; h++) {
+        if (starts[h + 1] < starts[h])
+            return ac_err_set(err, "%s: tensor \"" WIDE_STARTS "\": element %d (%d) is below element "
+                                   "%d (%d)",
+                              path, h + 1, (int)starts[h + 1], h, (int)starts[h]);
+        for (int i = starts[h]; i < starts[h + 1]; i++) {
+            const int64_t full = ((int64_t)h << ID_BLOCK_BITS) | low[i];
+            if (full >= n_buckets)
+                return ac_err_set(err, "%s: tensor \"" WIDE_IDS "\": element %d is bucket %lld, "
+                                       "outside 0..%d",
+                                  path, i, (long long)full, n_buckets - 1);
+            if (i > starts[h] && low[i] <= low[i - 1])
+                return ac_err_set(err, "%s: tensor \"" WIDE_IDS "\": element %d (%d) does not come "
+                                       "after element %d (%d): ids must ascend",
+                                  path, i, (int)low[i], i - 1, (int)low[i - 1]);
+            id[i] = (int32_t)full;
+        }
+    }
+    return 0;
+}
+
+static int id_blocks(int n_buckets) { return ceil_div(n_buckets, 1 << ID_BLOCK_BITS); }
+
 static int load_wide(ac_quant *q, const ac_safetensors *st, const ac_model *m, const ac_storage *s,
                      const char *path, ac_err *err)
 {
     const int C = m->cfg.n_classes, W = ac_wide_stored_width(C), K = s->wide_rows;
-    const int n_scales = ceil_div(K, s->wide_group);
-    const void *ids, *values, *scales;
-    if (expect_tensor(st, WIDE_IDS, "I32", 1, K, 0, &ids, path, err) != 0 ||
+    const int n_scales = ceil_div(K, s->wide_group), n_blocks = id_blocks(m->cfg.wide_buckets);
+    const void *low, *starts, *values, *scales;
+    if (expect_tensor(st, WIDE_IDS, "U16", 1, K, 0, &low, path, err) != 0 ||
+        expect_tensor(st, WIDE_STARTS, "I32", 1, n_blocks + 1, 0, &starts, path, err) != 0 ||
         expect_tensor(st, WIDE_VALUES, "I8", 2, K, W, &values, path, err) != 0 ||
         expect_tensor(st, WIDE_SCALES, "F32", 1, n_scales, 0, &scales, path, err) != 0 ||
         check_scales(scales, (size_t)n_scales, WIDE_SCALES, path, err) != 0)
         return -1;
-    const int32_t *id = ids;
-    for (int i = 0; i < K; i++) {
-        if (id[i] < 0 || id[i] >= m->cfg.wide_buckets)
-            return ac_err_set(err, "%s: tensor \"" WIDE_IDS "\": element %d is %d, outside 0..%d",
-                              path, i, (int)id[i], m->cfg.wide_buckets - 1);
-        if (i > 0 && id[i] <= id[i - 1])
-            return ac_err_set(err, "%s: tensor \"" WIDE_IDS "\": element %d (%d) does not come "
-                                   "after element %d (%d): ids must ascend",
-                              path, i, (int)id[i], i - 1, (int)id[i - 1]);
+    int32_t *id = malloc((size_t)K * sizeof *id + 1);
+    if (!id)
+        return ac_err_set(err, "%s: out of memory", path);
+    if (decode_ids(id, low, starts, n_blocks, K, m->cfg.wide_buckets, path, err) != 0) {
+        free(id);
+        return -1;
     }
+    free(q->decoded_ids);
+    q->decoded_ids = id;
     q->wide = (ac_wide_sparse){.n = K, .n_classes = C, .width = W, .group = s->wide_group,
                                .ids = K ? id : NO_IDS, .q = values, .scales = scales};
     return 0;
@@ -456,13 +491,14 @@ static ac_st_entry *add_entry(tensor_set *t, const char *a, const char *b, const
     return e;
 }
 
-/* The quantized tensors of m: the 4-byte ones into head, the int8 ones into tail. */
-static int build_tensors(tensor_set *head, tensor_set *tail, const ac_model *m, int wide_rows,
-                         int group, int *kept, ac_err *err)
+/* The quantized tensors of m: the 4-byte ones into head, the 2-byte ones
+ * into mid, the int8 ones into tail (written in that order: each aligned). */
+static int build_tensors(tensor_set *head, tensor_set *mid, tensor_set *tail, const ac_model *m,
+                         int wide_rows, int group, int *kept, ac_err *err)
 {
     const int cap = 2 * m->n_tensors + 4;
-    for (int k = 0; k < 2; k++) {
-        tensor_set *t = k ? tail : head;
+    for (int k = 0; k < 3; k++) {
+        tensor_set *t = k == 0 ? head : k == 1 ? mid : tail;
         t->entries = calloc((size_t)cap, sizeof *t->entries);
         t->names = calloc((size_t)cap, sizeof *t->names);
         t->buffers = calloc((size_t)cap, sizeof *t->buffers);
@@ -518,7 +554,28 @@ static int build_tensors(tensor_set *head, tensor_set *tail, const ac_model *m, 
                 return ac_err_set(err, "out of memory");
             }
             ac_wide_quantize(q, scales, w, ids, n, C, group);
-            if (!add_entry(head, WIDE_IDS, "", "I32", ids, ids, 1, n, 0)) {
+            /* ids as their low 16 bits, and where each block of 2^16 buckets starts */
+            const int n_blocks = id_blocks(p->shape[0]);
+            uint16_t *low = malloc((size_t)n * sizeof *low + 1);
+            int32_t *starts = calloc((size_t)n_blocks + 1, sizeof *starts);
+            if (!low || !starts) {
+                free(ids);
+                free(scales);
+                free(q);
+                free(low);
+                free(starts);
+                return ac_err_set(err, "out of memory");
+            }
+            for (int k = 0; k < n; k++)
+                low[k] = (uint16_t)(ids[k] & ((1 << ID_BLOCK_BITS) - 1));
+            for (int h = 0, k = 0; h <= n_blocks; h++) {
+                while (k < n && (ids[k] >> ID_BLOCK_BITS) < h)
+                    k++;
+                starts[h] = k;
+            }
+            free(ids);
+            if (!add_entry(head, WIDE_STARTS, "", "I32", starts, starts, 1, n_blocks + 1, 0) ||
+                !add_entry(mid, WIDE_IDS, "", "U16", low, low, 1, n, 0)) {
                 free(scales);
                 free(q);
                 return ac_err_set(err, "out of memory");
@@ -558,7 +615,7 @@ int ac_quantize_model_dir(const char *src, const char *dst, int wide_rows, int w
     size_t vocab_len = 0;
     ac_atomic_file files[N_FILES];
     int begun[N_FILES] = {0};
-    tensor_set head = {0}, tail = {0};
+    tensor_set head = {0}, mid = {0}, tail = {0};
     ac_st_entry *all = NULL;
     int rc = -1;
     for (int i = 0; i < N_FILES; i++)
@@ -584,16 +641,18 @@ int ac_quantize_model_dir(const char *src, const char *dst, int wide_rows, int w
         }
     if (ac_read_file(vocab_src, (size_t)1 << 30, &vocab, &vocab_len, err) != 0)
         goto done;
-    if (build_tensors(&head, &tail, &md.model, wide_rows, wide_group, kept, err) != 0)
+    if (build_tensors(&head, &mid, &tail, &md.model, wide_rows, wide_group, kept, err) != 0)
         goto done;
     config_json = quantized_config_json(&md.config, *kept, wide_group);
-    all = calloc((size_t)(head.n + tail.n) + 1, sizeof *all);
+    const int n_all = head.n + mid.n + tail.n;
+    all = calloc((size_t)n_all + 1, sizeof *all);
     if (!config_json || !all) {
         ac_err_set(err, "%s: out of memory", dst);
         goto done;
     }
     memcpy(all, head.entries, (size_t)head.n * sizeof *all);
-    memcpy(all + head.n, tail.entries, (size_t)tail.n * sizeof *all);
+    memcpy(all + head.n, mid.entries, (size_t)mid.n * sizeof *all);
+    memcpy(all + head.n + mid.n, tail.entries, (size_t)tail.n * sizeof *all);
     if (ac_mkdir_p(dst, err) != 0)
         goto done;
     const char *const META[] = {"format", "pt", "producer", ("attnctl " AC_VERSION)};
@@ -603,7 +662,7 @@ int ac_quantize_model_dir(const char *src, const char *dst, int wide_rows, int w
         begun[i] = 1;
         int wrc = i == F_CONFIG  ? ac_atomic_write(&files[i], config_json, strlen(config_json), err)
                   : i == F_VOCAB ? ac_atomic_write(&files[i], vocab, vocab_len, err)
-                                 : ac_st_write(&files[i], all, head.n + tail.n, META, 2, err);
+                                 : ac_st_write(&files[i], all, n_all, META, 2, err);
         if (wrc != 0 || ac_atomic_finish(&files[i], err) != 0)
             goto done;
     }
@@ -628,6 +687,7 @@ done:
     free(config_json);
     free(all);
     tensor_set_free(&head);
+    tensor_set_free(&mid);
     tensor_set_free(&tail);
     ac_model_dir_free(&md);
     return rc;

@@ -387,6 +387,13 @@ static void to_host_order(ac_safetensors *st)
     if (host_is_little_endian())
         return;
     for (int i = 0; i < st->n; i++)
+        if (strcmp(st->tensors[i].dtype, "U16") == 0)
+            for (size_t k = st->tensors[i].begin; k + 1 < st->tensors[i].end; k += 2) {
+                unsigned char t = st->data[k];
+                st->data[k] = st->data[k + 1];
+                st->data[k + 1] = t;
+            }
+    for (int i = 0; i < st->n; i++)
         if (strcmp(st->tensors[i].dtype, "F32") == 0 || strcmp(st->tensors[i].dtype, "I32") == 0)
             swap_bytes4(st->data + st->tensors[i].begin, (st->tensors[i].end - st->tensors[i].begin) / 4);
 }
@@ -577,6 +584,8 @@ static unsigned entry_width(const ac_st_entry *e)
 {
     if (!e->dtype || strcmp(e->dtype, "F32") == 0 || strcmp(e->dtype, "I32") == 0)
         return 4;
+    if (strcmp(e->dtype, "U16") == 0)
+        return 2;
     if (strcmp(e->dtype, "I8") == 0 || strcmp(e->dtype, "U8") == 0)
         return 1;
     return 0;
@@ -742,9 +751,16 @@ int ac_st_write(ac_atomic_file *f, const ac_st_entry *entries, int n, const char
         /* Big-endian host: swap through a small buffer. */
         for (size_t at = 0; at < numel; at += CHUNK) {
             size_t m = numel - at < CHUNK ? numel - at : CHUNK;
-            memcpy(buf, src + at * 4, m * 4);
-            swap_bytes4(buf, m);
-            if (ac_atomic_write(f, buf, m * 4, err) != 0)
+            memcpy(buf, src + at * width, m * width);
+            if (width == 4)
+                swap_bytes4(buf, m);
+            else
+                for (size_t k = 0; k < m; k++) {
+                    unsigned char t = buf[2 * k];
+                    buf[2 * k] = buf[2 * k + 1];
+                    buf[2 * k + 1] = t;
+                }
+            if (ac_atomic_write(f, buf, m * width, err) != 0)
                 return -1;
         }
     }

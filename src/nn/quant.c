@@ -211,6 +211,7 @@ void ac_quant_free(ac_quant *q)
     if (q->mapping)
         munmap(q->mapping, q->mapping_len);
     free(q->owned);
+    free(q->decoded_ids);
     free(q);
 }
 
