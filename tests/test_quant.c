@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "attnctl/attribution.h"
 #include "attnctl/io.h"
 #include "attnctl/metrics.h"
 #include "attnctl/quant.h"
@@ -528,6 +529,32 @@ START_TEST(test_round_trip)
 }
 END_TEST
 
+/* Explanations read the weights directly: after an attribution setup, a
+ * model loaded for inference holds every weight the full load holds. */
+START_TEST(test_attribution_sees_all_weights)
+{
+    char *fp32 = trained_dir(), *tmp = make_temp_dir(), *q = join(tmp, "q");
+    quantize_ok(fp32, q, 1000);
+    ac_model_dir lazy, full;
+    ac_err err = {{0}};
+    ck_assert_msg(ac_model_dir_load_inference(&lazy, q, &err) == 0, "%s", err.msg);
+    ck_assert_msg(ac_model_dir_load(&full, q, &err) == 0, "%s", err.msg);
+    ck_assert(memcmp(lazy.model.params, full.model.params,
+                     lazy.model.n_params * sizeof(float)) != 0); /* rows not yet written */
+    ac_attribution a;
+    ck_assert_msg(ac_attribution_setup(&a, &lazy.model, AC_ATTR_GRADXINPUT, 16, 1, 1, &err) == 0,
+                  "%s", err.msg);
+    ck_assert_int_eq(memcmp(lazy.model.params, full.model.params,
+                            lazy.model.n_params * sizeof(float)),
+                     0);
+    ac_attribution_free(&a);
+    ac_model_dir_free(&lazy);
+    ac_model_dir_free(&full);
+    free(q);
+    remove_dir(tmp);
+}
+END_TEST
+
 /* ------------------------------------------------------------- rejection */
 
 __attribute__((noinline)) static unsigned char *slurp(const char *path, size_t *len)
@@ -694,6 +721,7 @@ static Suite *quant_suite(void)
     tcase_add_test(tc, test_agrees_with_fp32);
     tcase_add_test(tc, test_same_bits_lazy_and_threads);
     tcase_add_test(tc, test_round_trip);
+    tcase_add_test(tc, test_attribution_sees_all_weights);
     tcase_add_test(tc, test_corrupt_files);
     suite_add_tcase(s, tc);
     return s;
