@@ -106,7 +106,7 @@ static void quantize_ok(const char *src, const char *dst, int rows)
 {
     ac_err err = {{0}};
     int kept = -1;
-    ck_assert_msg(ac_quantize_model_dir(src, dst, rows, AC_QUANT_DEFAULT_WIDE_GROUP, &kept, &err) ==
+    ck_assert_msg(ac_quantize_model_dir(src, dst, rows, AC_QUANT_DEFAULT_WIDE_GROUP, NULL, &kept, &err) ==
                       0,
                   "%s", err.msg);
     ck_assert_int_ge(kept, 0);
@@ -186,16 +186,24 @@ START_TEST(test_select_rows)
     const float table[] = {5, 5,  0, 0,  1, -1,  -3, 0,  2, 2.5f,  0, 3};
     int32_t ids[6];
     ac_err err = {{0}};
-    ck_assert_int_eq(ac_wide_select_rows(ids, table, 6, 2, 2, &err), 2);
+    ck_assert_int_eq(ac_wide_select_rows(ids, table, 6, 2, 2, NULL, NULL, &err), 2);
     ck_assert_int_eq(ids[0], 3); /* |-3| */
     ck_assert_int_eq(ids[1], 5); /* |-3|: tie, both kept; ascending ids */
-    ck_assert_int_eq(ac_wide_select_rows(ids, table, 6, 2, 100, &err), 4); /* zero rows never */
+    ck_assert_int_eq(ac_wide_select_rows(ids, table, 6, 2, 100, NULL, NULL, &err), 4); /* zero rows never */
     const int32_t want[] = {2, 3, 4, 5};
     for (int i = 0; i < 4; i++)
         ck_assert_int_eq(ids[i], want[i]);
+    /* rows flagged first come first; uses multiply the weights */
+    const uint8_t first[6] = {0, 0, 0, 0, 1, 0};
+    ck_assert_int_eq(ac_wide_select_rows(ids, table, 6, 2, 2, first, NULL, &err), 2);
+    ck_assert_int_eq(ids[0], 3);
+    ck_assert_int_eq(ids[1], 4);
+    const uint32_t uses[6] = {0, 0, 9, 0, 0, 0}; /* row 2: 2 x 10 = 20 */
+    ck_assert_int_eq(ac_wide_select_rows(ids, table, 6, 2, 1, NULL, uses, &err), 1);
+    ck_assert_int_eq(ids[0], 2);
     /* three classes: a row that adds the same to every class weighs nothing */
     const float t3[] = {4, 4, 4,  1, 0, 0,  0, 0, 0};
-    ck_assert_int_eq(ac_wide_select_rows(ids, t3, 3, 3, 3, &err), 1);
+    ck_assert_int_eq(ac_wide_select_rows(ids, t3, 3, 3, 3, NULL, NULL, &err), 1);
     ck_assert_int_eq(ids[0], 1);
 }
 END_TEST
@@ -210,7 +218,7 @@ static void check_sparse_matches_dense(int C, int group)
         table[i] = ac_rng_normal(5, (uint64_t)i);
     int32_t ids[KEEP];
     ac_err err = {{0}};
-    int n = ac_wide_select_rows(ids, table, ROWS, C, KEEP, &err);
+    int n = ac_wide_select_rows(ids, table, ROWS, C, KEEP, NULL, NULL, &err);
     ck_assert_int_eq(n, KEEP);
     const int W = ac_wide_stored_width(C);
     int8_t q[KEEP * 3];
@@ -518,9 +526,9 @@ START_TEST(test_round_trip)
     ac_model_dir_free(&b);
     int kept;
     char *again = join(tmp, "again");
-    ck_assert_int_ne(ac_quantize_model_dir(q, again, 10, 16, &kept, &err), 0);
+    ck_assert_int_ne(ac_quantize_model_dir(q, again, 10, 16, NULL, &kept, &err), 0);
     ck_assert_msg(strstr(err.msg, "quantized already") != NULL, "%s", err.msg);
-    ck_assert_int_ne(ac_quantize_model_dir(fp32, q, 10, 16, &kept, &err), 0);
+    ck_assert_int_ne(ac_quantize_model_dir(fp32, q, 10, 16, NULL, &kept, &err), 0);
     ck_assert_msg(strstr(err.msg, "holds a model already") != NULL, "%s", err.msg);
     free(again);
     free(path);

@@ -20,7 +20,7 @@
 
 /* Rows of the wide table a quantized model keeps when not told otherwise:
  * the default IMDB model's file then stays under 3 MB. */
-#define AC_QUANT_DEFAULT_WIDE_ROWS 150000
+#define AC_QUANT_DEFAULT_WIDE_ROWS 200000
 /* Kept wide rows sharing one scale (measured on the IMDB default model). */
 #define AC_QUANT_DEFAULT_WIDE_GROUP 16
 
@@ -39,8 +39,14 @@ void ac_dequant_rows_i8(float *w, const int8_t *q, const float *scale, size_t ro
 double ac_wide_row_weight(const float *row, int C);
 /* The (at most) `keep` rows of table [n_rows, C] that weigh most (rows that
  * weigh 0 never), ties to the lower id, into ids in ascending order; returns
- * how many. Allocates scratch (-1 with err when out of memory). */
-int ac_wide_select_rows(int32_t *ids, const float *table, int n_rows, int C, int keep, ac_err *err);
+ * how many. Rows flagged in first (may be NULL) come before all others: a
+ * quantized model keeps the rows of its vocabulary's words, the features
+ * nearly every text has, whatever they weigh. With uses (may be NULL: 0
+ * each), in how many texts of a sample each row occurs, a row weighs
+ * ac_wide_row_weight x (1 + uses): what it adds to decisions over the
+ * sample. Allocates scratch (-1 with err when out of memory). */
+int ac_wide_select_rows(int32_t *ids, const float *table, int n_rows, int C, int keep,
+                        const uint8_t *first, const uint32_t *uses, ac_err *err);
 /* Values a kept row stores: 1 for two classes, else C. */
 static inline int ac_wide_stored_width(int C) { return C == 2 ? 1 : C; }
 /* The stored values of the kept rows (see the top of this file) quantized:

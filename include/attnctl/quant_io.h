@@ -51,10 +51,12 @@ int ac_quant_load_tensors(ac_model *m, const ac_storage *s, const char *path, in
 /* Writes a quantized copy of the F32 model directory src into dst (created;
  * it must not hold a model): config.json with the storage object, vocab.txt
  * as it is, model.safetensors as above with the wide_rows heaviest rows of
- * the wide table (ac_wide_select_rows) and wide_group rows a scale. All
+ * the wide table (ac_wide_select_rows: the vocabulary's words first; uses,
+ * NULL or [model.wide_buckets], weighs rows by how many texts of a sample
+ * hold them) and wide_group rows a scale. All
  * files are written and synced before any is renamed into place (the model
  * last). *kept: the wide rows kept. */
 int ac_quantize_model_dir(const char *src, const char *dst, int wide_rows, int wide_group,
-                          int *kept, ac_err *err);
+                          const uint32_t *uses, int *kept, ac_err *err);
 
 #endif

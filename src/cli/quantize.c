@@ -18,7 +18,7 @@
 #define CHECK_BATCH 32
 
 static const char QUANTIZE_USAGE[] =
-    "usage: attnctl quantize --model DIR --out DIR2 [--cutoff N] [--check FILE.csv]\n"
+    "usage: attnctl quantize --model DIR --out DIR2 [--cutoff N] [--data FILE] [--check FILE.csv]\n"
     "\n"
     "Writes a smaller copy of the trained model in DIR into DIR2, which eval, predict,\n"
     "inspect and bench load as any model:\n"
@@ -33,13 +33,17 @@ static const char QUANTIZE_USAGE[] =
     "options:\n"
     "  --model DIR      the trained model (a model directory of attnctl train)\n"
     "  --out DIR2       where the quantized model goes (must not hold a model)\n"
-    "  --cutoff N       rows of the wide table kept [150000]\n"
+    "  --cutoff N       rows of the wide table kept [200000]\n"
     "  --check FILE     labelled CSV[.gz] to compare the two models on\n"
+    "  --data FILE      texts like those the model will see, e.g. its training CSV[.gz]:\n"
+    "                   a wide row then weighs |w0 - w1| x (1 + the texts holding it),\n"
+    "                   what it adds to decisions over them (default: by weight alone;\n"
+    "                   the rows of the vocabulary's words are kept first either way)\n"
     "  --threads N      threads for --check (default: all cores)\n"
     "  --help           show this help\n";
 
 typedef struct {
-    const char *model_dir, *out_dir, *check_path;
+    const char *model_dir, *out_dir, *check_path, *data_path;
     long cutoff, threads;
 } quantize_options;
 
@@ -48,6 +52,7 @@ static int parse_options(int argc, char **argv, quantize_options *o)
     static const struct option longopts[] = {
         {"model", required_argument, NULL, 'm'}, {"out", required_argument, NULL, 'o'},
         {"cutoff", required_argument, NULL, 'k'}, {"check", required_argument, NULL, 'c'},
+        {"data", required_argument, NULL, 'd'},
         {"threads", required_argument, NULL, 'T'}, {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -61,6 +66,7 @@ static int parse_options(int argc, char **argv, quantize_options *o)
         case 'm': o->model_dir = optarg; break;
         case 'o': o->out_dir = optarg; break;
         case 'c': o->check_path = optarg; break;
+        case 'd': o->data_path = optarg; break;
         case 'k':
             if (cli_parse_int(optarg, 0, 1L << 30, &o->cutoff) != 0)
                 return cli_usage_error("quantize", "--cutoff: '%s' is not a non-negative integer",
@@ -147,6 +153,55 @@ done:
     return rc;
 }
 
+/* uses[b]: how many rows of the CSV at path hold wide bucket b (as the
+ * model in dir reads them). NULL with err on failure. */
+static uint32_t *wide_uses(const char *dir, const char *path, ac_err *err)
+{
+    cli_infer s;
+    ac_rawdata raw;
+    ac_corpus corpus;
+    ac_batch_plan plan;
+    memset(&raw, 0, sizeof raw);
+    memset(&corpus, 0, sizeof corpus);
+    memset(&plan, 0, sizeof plan);
+    if (cli_infer_open(&s, dir, CHECK_BATCH, err) != 0)
+        return NULL;
+    const ac_model_config *c = &s.md.model.cfg;
+    uint32_t *uses = NULL;
+    int32_t *buckets = NULL;
+    if (!ac_model_has_wide(c)) {
+        ac_err_set(err, "--data: %s has no wide path to prune", dir);
+        goto done;
+    }
+    if (cli_infer_read_csv(&s, path, 0, &raw, &corpus, &plan, err) != 0)
+        goto done;
+    uses = calloc((size_t)c->wide_buckets, sizeof *uses);
+    buckets = malloc((size_t)s.max_len * (size_t)c->wide_order * sizeof *buckets);
+    if (!uses || !buckets) {
+        free(uses);
+        uses = NULL;
+        ac_err_set(err, "out of memory counting %d wide buckets", c->wide_buckets);
+        goto done;
+    }
+    for (int64_t b = 0; b < plan.n_batches; b++) {
+        ac_batch batch = {.ids = s.ids, .lengths = s.lengths, .labels = s.labels, .rows = s.rows};
+        ac_batch_fill(&batch, &corpus, &plan, b);
+        for (int i = 0; i < batch.B; i++) {
+            int n = wide_buckets_of_text(buckets, batch.ids + (size_t)i * batch.T, batch.lengths[i],
+                                         c->wide_order, c->wide_buckets);
+            for (int k = 0; k < n; k++)
+                uses[buckets[k]]++;
+        }
+    }
+done:
+    free(buckets);
+    ac_batch_plan_free(&plan);
+    ac_corpus_free(&corpus);
+    ac_rawdata_free(&raw);
+    cli_infer_close(&s);
+    return uses;
+}
+
 static int check_agreement(const quantize_options *o)
 {
     ac_err err = {{0}};
@@ -197,8 +252,13 @@ int cmd_quantize(int argc, char **argv)
         return cli_error("%s: cannot open: %s", o.check_path, strerror(errno));
     ac_err err = {{0}};
     int kept = 0;
-    if (ac_quantize_model_dir(o.model_dir, o.out_dir, (int)o.cutoff, AC_QUANT_DEFAULT_WIDE_GROUP,
-                              &kept, &err) != 0)
+    uint32_t *uses = NULL;
+    if (o.data_path && !(uses = wide_uses(o.model_dir, o.data_path, &err)))
+        return cli_error("%s", err.msg);
+    int rc = ac_quantize_model_dir(o.model_dir, o.out_dir, (int)o.cutoff,
+                                   AC_QUANT_DEFAULT_WIDE_GROUP, uses, &kept, &err);
+    free(uses);
+    if (rc != 0)
         return cli_error("%s", err.msg);
     const double before = model_bytes(o.model_dir), after = model_bytes(o.out_dir);
     printf("model      %s: %.2f MB\n", o.model_dir, before / 1e6);

@@ -494,7 +494,7 @@ static ac_st_entry *add_entry(tensor_set *t, const char *a, const char *b, const
 /* The quantized tensors of m: the 4-byte ones into head, the 2-byte ones
  * into mid, the int8 ones into tail (written in that order: each aligned). */
 static int build_tensors(tensor_set *head, tensor_set *mid, tensor_set *tail, const ac_model *m,
-                         int wide_rows, int group, int *kept, ac_err *err)
+                         int wide_rows, int group, const uint32_t *uses, int *kept, ac_err *err)
 {
     const int cap = 2 * m->n_tensors + 4;
     for (int k = 0; k < 3; k++) {
@@ -538,7 +538,16 @@ static int build_tensors(tensor_set *head, tensor_set *mid, tensor_set *tail, co
             int32_t *ids = malloc((size_t)keep * sizeof *ids + 1);
             if (!ids)
                 return ac_err_set(err, "out of memory");
-            int n = ac_wide_select_rows(ids, w, p->shape[0], C, keep, err);
+            /* every word of the vocabulary keeps its own (unigram) row */
+            uint8_t *words = calloc((size_t)p->shape[0], 1);
+            if (!words) {
+                free(ids);
+                return ac_err_set(err, "out of memory");
+            }
+            for (int32_t id = 0; id < m->cfg.vocab_size; id++)
+                words[wide_bucket(&id, 1, p->shape[0])] = 1;
+            int n = ac_wide_select_rows(ids, w, p->shape[0], C, keep, words, uses, err);
+            free(words);
             if (n < 0) {
                 free(ids);
                 return -1;
@@ -603,7 +612,7 @@ enum { F_CONFIG, F_VOCAB, F_MODEL, N_FILES };
 static const char *const FILE_NAMES[N_FILES] = {"config.json", "vocab.txt", "model.safetensors"};
 
 int ac_quantize_model_dir(const char *src, const char *dst, int wide_rows, int wide_group,
-                          int *kept, ac_err *err)
+                          const uint32_t *uses, int *kept, ac_err *err)
 {
     if (wide_rows < 0 || wide_group < 1)
         return ac_err_set(err, "quantize: wide rows must be >= 0 and the group >= 1");
@@ -641,7 +650,7 @@ int ac_quantize_model_dir(const char *src, const char *dst, int wide_rows, int w
         }
     if (ac_read_file(vocab_src, (size_t)1 << 30, &vocab, &vocab_len, err) != 0)
         goto done;
-    if (build_tensors(&head, &mid, &tail, &md.model, wide_rows, wide_group, kept, err) != 0)
+    if (build_tensors(&head, &mid, &tail, &md.model, wide_rows, wide_group, uses, kept, err) != 0)
         goto done;
     config_json = quantized_config_json(&md.config, *kept, wide_group);
     const int n_all = head.n + mid.n + tail.n;

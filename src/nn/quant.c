@@ -58,11 +58,14 @@ double ac_wide_row_weight(const float *row, int C)
 typedef struct {
     double weight;
     int32_t id;
+    int first; /* one of the rows kept before any other */
 } weighted_row;
 
 static int heavier_first(const void *a, const void *b)
 {
     const weighted_row *x = a, *y = b;
+    if (x->first != y->first)
+        return y->first - x->first;
     if (x->weight != y->weight)
         return x->weight > y->weight ? -1 : 1;
     return (x->id > y->id) - (x->id < y->id);
@@ -74,7 +77,8 @@ static int ascending_id(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-int ac_wide_select_rows(int32_t *ids, const float *table, int n_rows, int C, int keep, ac_err *err)
+int ac_wide_select_rows(int32_t *ids, const float *table, int n_rows, int C, int keep,
+                        const uint8_t *first, const uint32_t *uses, ac_err *err)
 {
     weighted_row *all = malloc(((size_t)n_rows + 1) * sizeof *all);
     if (!all)
@@ -82,8 +86,10 @@ int ac_wide_select_rows(int32_t *ids, const float *table, int n_rows, int C, int
     int n = 0;
     for (int r = 0; r < n_rows; r++) {
         double w = ac_wide_row_weight(table + (size_t)r * C, C);
+        if (uses)
+            w *= 1.0 + (double)uses[r];
         if (w > 0.0 || isnan(w)) /* NaN sorts first: a broken table stays visible */
-            all[n++] = (weighted_row){isnan(w) ? INFINITY : w, r};
+            all[n++] = (weighted_row){isnan(w) ? INFINITY : w, r, first ? first[r] != 0 : 0};
     }
     qsort(all, (size_t)n, sizeof *all, heavier_first);
     if (n > keep)

@@ -93,7 +93,7 @@ static void make_dirs(void)
         m.p.wide_w[i] = 0.01f * (float)(i % 17) - 0.05f;
     int kept = 0;
     if (ac_model_dir_save(fp32_dir, &cfg, &vocab, &m, NULL, NULL, NULL, &err) != 0 ||
-        ac_quantize_model_dir(fp32_dir, q_dir, 12, 4, &kept, &err) != 0) {
+        ac_quantize_model_dir(fp32_dir, q_dir, 12, 4, NULL, &kept, &err) != 0) {
         fprintf(stderr, "fuzz setup failed: %s\n", err.msg);
         exit(2);
     }
