@@ -164,7 +164,7 @@ FUZZ_BUILD         ?= build/fuzz
 FUZZ_CC            ?= clang
 FUZZ_SECONDS       ?= 180
 FUZZ_CHECK_SECONDS ?= 20
-FUZZ_TARGETS := csv tokenizer config safetensors vocab predict
+FUZZ_TARGETS := csv tokenizer config safetensors vocab predict quantized
 FUZZ_CFLAGS  := -std=c11 $(WARN) -O1 -march=native -g -fopenmp -fno-omit-frame-pointer \
                 -fsanitize=address,undefined -fno-sanitize-recover=all
 FUZZ_LIB_OBJS := $(patsubst %.c,$(FUZZ_BUILD)/%.o,$(LIB_SRCS))

@@ -2003,7 +2003,8 @@ START_TEST(test_help_options_in_man_page)
         const char *name;
         int min_options; /* --help names at least this many (the check read something) */
     } commands[] = {{"train", 30}, {"pretrain", 30}, {"eval", 8},
-                    {"predict", 7}, {"inspect", 8}, {"bench", 7}};
+                    {"predict", 7}, {"inspect", 8}, {"bench", 7},
+                    {"quantize", 5}};
     for (size_t c = 0; c < sizeof commands / sizeof commands[0]; c++) {
         char *dir = make_temp_dir(), *out = join(dir, "help"), *cmd = NULL;
         ck_assert_int_ge(asprintf(&cmd, "%s %s --help > %s", bin, commands[c].name, out), 0);

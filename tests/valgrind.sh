@@ -1,7 +1,7 @@
 #!/bin/sh
 # The command-line flow end to end under valgrind memcheck: a tiny training
 # run, eval, predict from a pipe (awkward lines), inspect in every format, a
-# tiny pretraining run with a fine-tuning from it, and a usage error. Fails on any memcheck error or any definite, indirect or
+# quantized copy through predict and inspect, a tiny pretraining run with a fine-tuning from it, and a usage error. Fails on any memcheck error or any definite, indirect or
 # possible leak. Usage: tests/valgrind.sh BINARY WORKDIR
 #
 # The binary is built without AVX-512 (valgrind 3.19 cannot execute it), and
@@ -48,6 +48,14 @@ for f in json svg html text; do
     step "inspect-$f" 0 $vg "$bin" inspect --model "$model" --format "$f" \
         --out "$work/inspect.$f" "What a wonderful, moving film."
 done
+# a quantized copy (plain C kernels here: valgrind shows no AVX512-VNNI), run by predict and inspect
+step quantize 0 $vg "$bin" quantize --model "$model" --out "$work/quantized" --cutoff 300 \
+    --check data/sample_test.csv
+input="$work/lines.txt"
+step predict-quantized 0 $vg "$bin" predict --model "$work/quantized" --json
+input=/dev/null
+step inspect-quantized 0 $vg "$bin" inspect --model "$work/quantized" --format json \
+    --out "$work/inspect-quantized.json" "What a wonderful, moving film."
 # pretraining (masked LM), fine-tuning from it, and a pretrained model's attention
 step pretrain 0 $vg "$bin" pretrain data/sample_train.csv --out "$work/mlm" --epochs 1 --d-model 16 \
     --heads 2 --ff 32 --max-len 32 --batch-size 16 --ngrams 2 --ngram-buckets 1021 --eval-every 20 --threads 2 \

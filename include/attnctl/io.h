@@ -21,7 +21,7 @@
 
 typedef struct {
     char *name;
-    char dtype[8];        /* only "F32" is accepted on load */
+    char dtype[8];        /* models take F32 (and I8, U16, I32 quantized: attnctl/quant_io.h) */
     int ndim;
     int64_t shape[AC_ST_MAX_DIMS];
     size_t begin, end;    /* byte offsets into data */
@@ -60,7 +60,7 @@ const ac_st_tensor *ac_st_find(const ac_safetensors *st, const char *name);
 const float *ac_st_f32(const ac_safetensors *st, const ac_st_tensor *t); /* NULL if misaligned/not F32 */
 void ac_st_free(ac_safetensors *st);
 
-/* Writing: F32 tensors given as (name, shape, data) triples, in the header in
+/* Writing: tensors given as (name, shape, data) triples, in the header in
  * the given order with contiguous offsets; header padded with spaces to a
  * multiple of 8 bytes; data little-endian. meta_kv holds n_meta (key, value)
  * pairs as 2*n_meta strings, stored as "__metadata__". Written atomically
@@ -70,6 +70,10 @@ typedef struct {
     int ndim;
     int64_t shape[AC_ST_MAX_DIMS];
     const float *data;
+    /* Other dtypes (quantized models): dtype "I8", "U8", "U16" or "I32" and the
+     * values in host order at bytes (data unused). NULL: F32 from data. */
+    const char *dtype;
+    const void *bytes;
 } ac_st_entry;
 int ac_st_save(const char *path, const ac_st_entry *entries, int n, const char *const *meta_kv,
                int n_meta, ac_err *err);
@@ -128,6 +132,12 @@ typedef struct {
  * as F32 with the shape config.json implies, no other tensor. Errors name
  * the file and the tensor. md is zeroed on failure. */
 int ac_model_dir_load(ac_model_dir *md, const char *dir, ac_err *err);
+/* The same for inference only (eval, predict): a quantized model (config.json
+ * with a "storage" object, attnctl/quant_io.h) keeps its token embeddings in
+ * int8 and a forward writes the rows it reads, so a prediction touches only
+ * its text's rows. ac_model_dir_load gives a quantized model with every F32
+ * parameter written (explanations and fine-tuning read them directly). */
+int ac_model_dir_load_inference(ac_model_dir *md, const char *dir, ac_err *err);
 void ac_model_dir_free(ac_model_dir *md);
 
 /* Saves config.json, vocab.txt and model.safetensors atomically; creates dir

@@ -10,6 +10,7 @@
 
 #include "attnctl/error.h"
 #include "attnctl/nn.h"
+#include "attnctl/quant.h"
 
 #define AC_MAX_LAYERS 64
 #define AC_PARAM_NAME_LEN 48
@@ -208,6 +209,10 @@ typedef struct {
     ac_activations act;
     ac_model_profile profile;
     int keep_attention; /* inference forwards keep the attention maps in act.probs */
+    /* A quantized model's extras (attnctl/quant.h), owned; NULL otherwise:
+     * forwards use its sparse wide table in place of p.wide_w, and write the
+     * token rows they read from its int8 embeddings into p.embed_w. */
+    ac_quant *quant;
     /* state of the last forward, used by backward */
     int last_B, last_T, last_train, last_maps_kept;
     const int32_t *last_ids, *last_lengths, *last_labels;
@@ -228,6 +233,15 @@ void ac_model_free(ac_model *m);
  * place of its own buffer, e.g. the data of a mapped model file; mapping
  * (may be NULL) is unmapped by ac_model_free. */
 void ac_model_adopt_params(ac_model *m, float *params, void *mapping, size_t mapping_len);
+
+/* A quantized model (m->quant): the token embeddings of ids [n] written
+ * into p.embed_w from their int8 rows (forwards do it themselves). */
+void ac_model_quant_embed_rows(ac_model *m, const int32_t *ids, size_t n);
+/* Every int8 embedding row written into p.embed_w and the kept wide rows
+ * into p.wide_w (as ac_wide_sparse_to_dense), so that code reading the F32
+ * parameters directly (explanations, fine-tuning) sees the quantized
+ * model's values. Forwards keep using the sparse wide table. */
+void ac_model_quant_materialize(ac_model *m);
 
 /* Index of a tensor by name, or -1. */
 int ac_model_find_tensor(const ac_model *m, const char *name);

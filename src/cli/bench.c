@@ -51,6 +51,10 @@ static const char BENCH_USAGE[] =
     "  --steps S            steps per timed repetition (default: enough for ~3 s per\n"
     "                       measurement); 0 skips the model measurements\n"
     "  --data FILE          also time the text pipeline on this CSV[.gz]\n"
+    "  --model DIR          instead: the inference speed of this trained (or quantized)\n"
+    "                       model on the reviews of --data, as eval and predict run them\n"
+    "                       (reviews/s, tokens/s); repeat it to compare models on the\n"
+    "                       same reviews, e.g. a model and its quantized copy\n"
     "  --json               print one JSON object\n"
     "  --help               show this help\n";
 
@@ -58,6 +62,8 @@ typedef struct {
     const char *config_path, *data_path;
     long batch_size, max_len, threads, steps;
     int json;
+    const char *models[CLI_BENCH_MAX_MODELS];
+    int n_models;
 } bench_options;
 
 static int parse_bench_options(int argc, char **argv, bench_options *o)
@@ -70,6 +76,7 @@ static int parse_bench_options(int argc, char **argv, bench_options *o)
         {"steps", required_argument, NULL, 's'},
         {"data", required_argument, NULL, 'd'},
         {"json", no_argument, NULL, 'j'},
+        {"model", required_argument, NULL, 'M'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -103,6 +110,12 @@ static int parse_bench_options(int argc, char **argv, bench_options *o)
             break;
         case 'd': o->data_path = optarg; break;
         case 'j': o->json = 1; break;
+        case 'M':
+            if (o->n_models == CLI_BENCH_MAX_MODELS)
+                return cli_usage_error("bench", "--model: at most %d models",
+                                       CLI_BENCH_MAX_MODELS);
+            o->models[o->n_models++] = optarg;
+            break;
         case 'h': fputs(BENCH_USAGE, stdout); return -1;
         case ':': return cli_usage_error("bench", "option '%s' needs a value", argv[optind - 1]);
         default: return cli_usage_error("bench", "unknown option '%s'", argv[optind - 1]);
@@ -538,6 +551,8 @@ int cmd_bench(int argc, char **argv)
     if (rc != 0)
         return rc < 0 ? CLI_EXIT_OK : rc;
     cli_set_threads((int)o.threads);
+    if (o.n_models > 0)
+        return cli_bench_models(o.models, o.n_models, o.data_path, o.json);
 
     ac_err err = {{0}};
     ac_config cfg;

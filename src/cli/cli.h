@@ -27,6 +27,11 @@ int cmd_eval(int argc, char **argv);
 int cmd_predict(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
+/* bench --model: the inference speed of up to CLI_BENCH_MAX_MODELS model
+ * directories on the reviews of data_path (src/cli/bench_models.c). */
+#define CLI_BENCH_MAX_MODELS 8
+int cli_bench_models(const char *const *dirs, int n, const char *data_path, int json);
 
 /* "attnctl: error: ..." on stderr; returns CLI_EXIT_RUNTIME. */
 int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

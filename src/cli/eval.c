@@ -435,7 +435,7 @@ int cmd_eval(int argc, char **argv)
             cli_error("%s", err.msg);
             goto done;
         }
-        const float *losses = s.md.model.act.losses;
+        const float *losses = cli_infer_losses(&s);
         for (int i = 0; i < batch.B; i++) {
             const float *probs = cli_infer_probs(&s, i);
             int pred = ac_argmax(probs, s.n_classes);

@@ -6,11 +6,15 @@
 
 /* Batches of fewer token positions (B x T) run on one thread. */
 #define SERIAL_BELOW_TOKENS 4096
+/* What one more forward costs beyond its tokens, in token positions: a
+ * batch is cut into groups of similar length only where that saves more
+ * padding than this. */
+#define GROUP_COST_TOKENS 128
 
 int cli_infer_open(cli_infer *s, const char *model_dir, int batch_size, ac_err *err)
 {
     memset(s, 0, sizeof *s);
-    if (ac_model_dir_load(&s->md, model_dir, err) != 0)
+    if (ac_model_dir_load_inference(&s->md, model_dir, err) != 0)
         return -1;
     s->loaded = 1;
     if (s->md.model.cfg.objective != AC_OBJECTIVE_CLASSIFICATION) {
@@ -33,7 +37,14 @@ int cli_infer_open(cli_infer *s, const char *model_dir, int batch_size, ac_err *
     s->lengths = calloc((size_t)batch_size, sizeof *s->lengths);
     s->labels = calloc((size_t)batch_size, sizeof *s->labels);
     s->rows = calloc((size_t)batch_size, sizeof *s->rows);
-    if (!s->ids || !s->lengths || !s->labels || !s->rows) {
+    s->group_ids = calloc(n_ids, sizeof *s->group_ids);
+    s->group_lengths = calloc((size_t)batch_size, sizeof *s->group_lengths);
+    s->group_labels = calloc((size_t)batch_size, sizeof *s->group_labels);
+    s->order = calloc((size_t)batch_size, sizeof *s->order);
+    s->probs = calloc((size_t)batch_size * (size_t)s->n_classes, sizeof *s->probs);
+    s->losses = calloc((size_t)batch_size, sizeof *s->losses);
+    if (!s->ids || !s->lengths || !s->labels || !s->rows || !s->group_ids || !s->group_lengths ||
+        !s->group_labels || !s->order || !s->probs || !s->losses) {
         cli_infer_close(s);
         return ac_err_set(err, "out of memory for batches of %d x %d tokens", batch_size,
                           s->max_len);
@@ -57,11 +68,10 @@ static int ensure_activations(cli_infer *s, int B, int T, ac_err *err)
     return ac_model_alloc_activations(&s->md.model, want_B, want_T, err);
 }
 
-int cli_infer_forward(cli_infer *s, int B, int T, const int32_t *labels, ac_err *err)
+/* One forward over B rows of stride T (s->group_* or the batch itself). */
+static int forward_rows(cli_infer *s, const int32_t *ids, const int32_t *lengths,
+                        const int32_t *labels, int B, int T, ac_err *err)
 {
-    if (B < 1 || B > s->batch_size || T < 1 || T > s->max_len)
-        return ac_err_set(err, "internal: batch %d x %d outside %d x %d", B, T, s->batch_size,
-                          s->max_len);
     if (ensure_activations(s, B, T, err) != 0)
         return -1;
     /* A small batch (a one-line `predict`) runs on one thread: starting
@@ -74,9 +84,72 @@ int cli_infer_forward(cli_infer *s, int B, int T, const int32_t *labels, ac_err 
     int before = omp_get_max_threads();
     if (threads != before)
         omp_set_num_threads(threads);
-    ac_model_forward(&s->md.model, s->ids, s->lengths, labels, B, T, 0, 0);
+    ac_model_forward(&s->md.model, ids, lengths, labels, B, T, 0, 0);
     if (threads != before)
         omp_set_num_threads(before);
+    return 0;
+}
+
+/* s->order[0..B): the rows by length, longest first (ties in batch order). */
+static void order_by_length(cli_infer *s, int B)
+{
+    for (int i = 0; i < B; i++) {
+        int j = i;
+        while (j > 0 && s->lengths[s->order[j - 1]] < s->lengths[i]) {
+            s->order[j] = s->order[j - 1];
+            j--;
+        }
+        s->order[j] = i;
+    }
+}
+
+int cli_infer_forward(cli_infer *s, int B, int T, const int32_t *labels, ac_err *err)
+{
+    if (B < 1 || B > s->batch_size || T < 1 || T > s->max_len)
+        return ac_err_set(err, "internal: batch %d x %d outside %d x %d", B, T, s->batch_size,
+                          s->max_len);
+    const int C = s->n_classes;
+    order_by_length(s, B);
+    /* Groups of consecutive rows in that order, each padded to its first
+     * (longest) row, chosen to cost the fewest token positions (dynamic
+     * programming over where the groups end; B is a batch, tens of rows). */
+    long best[B + 1];
+    int start[B + 1];
+    best[0] = 0;
+    for (int j = 1; j <= B; j++) {
+        best[j] = -1;
+        for (int i = 0; i < j; i++) {
+            long cost = best[i] + (long)(j - i) * s->lengths[s->order[i]] + GROUP_COST_TOKENS;
+            if (best[j] < 0 || cost < best[j]) {
+                best[j] = cost;
+                start[j] = i;
+            }
+        }
+    }
+    int ends[B], n_groups = 0;
+    for (int j = B; j > 0; j = start[j])
+        ends[n_groups++] = j;
+    const ac_activations *a = &s->md.model.act;
+    for (int g = n_groups - 1; g >= 0; g--) {
+        const int end = ends[g], begin = g + 1 < n_groups ? ends[g + 1] : 0;
+        const int n = end - begin, Tg = s->lengths[s->order[begin]];
+        for (int k = 0; k < n; k++) {
+            const int row = s->order[begin + k];
+            memcpy(s->group_ids + (size_t)k * Tg, s->ids + (size_t)row * T,
+                   (size_t)Tg * sizeof *s->group_ids);
+            s->group_lengths[k] = s->lengths[row];
+            s->group_labels[k] = labels ? labels[row] : 0;
+        }
+        if (forward_rows(s, s->group_ids, s->group_lengths, labels ? s->group_labels : NULL, n,
+                         Tg, err) != 0)
+            return -1;
+        for (int k = 0; k < n; k++) {
+            const int row = s->order[begin + k];
+            memcpy(s->probs + (size_t)row * C, a->probs_out + (size_t)k * C,
+                   (size_t)C * sizeof *s->probs);
+            s->losses[row] = labels ? a->losses[k] : 0.0f;
+        }
+    }
     return 0;
 }
 
@@ -89,7 +162,32 @@ void cli_infer_close(cli_infer *s)
     free(s->lengths);
     free(s->labels);
     free(s->rows);
+    free(s->group_ids);
+    free(s->group_lengths);
+    free(s->group_labels);
+    free(s->order);
+    free(s->probs);
+    free(s->losses);
     memset(s, 0, sizeof *s);
+}
+
+int cli_infer_read_csv(cli_infer *s, const char *path, int need_label, ac_rawdata *raw,
+                       ac_corpus *corpus, ac_batch_plan *plan, ac_err *err)
+{
+    memset(raw, 0, sizeof *raw);
+    memset(corpus, 0, sizeof *corpus);
+    memset(plan, 0, sizeof *plan);
+    ac_read_options ro = {.need_label = need_label};
+    if (need_label) {
+        ro.classes = s->md.config.labels;
+        ro.n_classes = s->md.config.n_labels;
+    }
+    if (ac_rawdata_read(raw, path, &ro, err) != 0)
+        return -1;
+    if (ac_corpus_encode(corpus, raw, &s->md.config.tokenizer, &s->md.vocab, s->max_len, err) != 0 ||
+        ac_batch_plan_make(plan, corpus, NULL, corpus->n, s->batch_size, 0, 0, err) != 0)
+        return ac_err_prefix(err, "%s", path);
+    return 0;
 }
 
 static int is_space_byte(unsigned char c)

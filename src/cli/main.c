@@ -23,6 +23,7 @@ static const command COMMANDS[] = {
     {"predict", cmd_predict, "one review a line in, one verdict a line out"},
     {"inspect", cmd_inspect, "attention maps of a text: JSON, SVG/HTML heatmap, terminal"},
     {"bench", cmd_bench, "measure training and inference speed"},
+    {"quantize", cmd_quantize, "a smaller model: int8 weights, the wide table pruned"},
 };
 #define N_COMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 

@@ -3,6 +3,7 @@
  * against each other; saves write every temporary file first and only then
  * rename them all, so a failure while writing never changes an existing file. */
 #include "attnctl/io.h"
+#include "attnctl/quant_io.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -128,17 +129,32 @@ void ac_model_dir_free(ac_model_dir *md)
     memset(md, 0, sizeof *md);
 }
 
-int ac_model_dir_load_config(ac_config *c, const char *dir, ac_err *err)
+/* config.json, and how the model is stored (a quantized model's "storage"
+ * object, see attnctl/quant_io.h; zeroed for the plain F32 layout). */
+static int load_config_storage(ac_config *c, ac_storage *storage, const char *dir, ac_err *err)
 {
-    char *path = path_join(dir, CONFIG_FILE);
+    char *path = path_join(dir, CONFIG_FILE), *text = NULL, *rest = NULL;
+    size_t len = 0;
     if (!path)
         return ac_err_set(err, "%s: out of memory", dir);
     ac_config_defaults(c);
-    int rc = ac_config_load(c, path, 1, err);
+    int rc = ac_read_file(path, (size_t)16 << 20, &text, &len, err);
+    if (rc == 0)
+        rc = ac_storage_split(storage, &rest, text, len, path, err);
+    if (rc == 0)
+        rc = ac_config_parse(c, rest ? rest : text, rest ? strlen(rest) : len, path, 1, err);
+    free(rest);
+    free(text);
     free(path);
     if (rc != 0)
         ac_config_free(c);
     return rc;
+}
+
+int ac_model_dir_load_config(ac_config *c, const char *dir, ac_err *err)
+{
+    ac_storage storage = {0};
+    return load_config_storage(c, &storage, dir, err);
 }
 
 /* The tensors of model.safetensors into m (created from the config). */
@@ -169,16 +185,29 @@ static int load_tensors(ac_model *m, const ac_model_config *mc, const char *dir,
     return 0;
 }
 
+static int model_dir_load(ac_model_dir *md, const char *dir, int lazy, ac_err *err);
+
 int ac_model_dir_load(ac_model_dir *md, const char *dir, ac_err *err)
 {
+    return model_dir_load(md, dir, 0, err);
+}
+
+int ac_model_dir_load_inference(ac_model_dir *md, const char *dir, ac_err *err)
+{
+    return model_dir_load(md, dir, 1, err);
+}
+
+static int model_dir_load(ac_model_dir *md, const char *dir, int lazy, ac_err *err)
+{
     memset(md, 0, sizeof *md);
+    ac_storage storage = {0};
     char *vocab_path = path_join(dir, VOCAB_FILE), *model_path = path_join(dir, MODEL_FILE);
     int rc = -1;
     if (!vocab_path || !model_path) {
         ac_err_set(err, "%s: out of memory", dir);
         goto done;
     }
-    if (ac_model_dir_load_config(&md->config, dir, err) != 0)
+    if (load_config_storage(&md->config, &storage, dir, err) != 0)
         goto done;
     const ac_model_config *mc = &md->config.model;
     /* One after the other: a second thread (the two used to load at the same
@@ -196,8 +225,16 @@ int ac_model_dir_load(ac_model_dir *md, const char *dir, ac_err *err)
                    vocab_path);
         goto done;
     }
-    if (load_tensors(&md->model, mc, dir, model_path, err) != 0)
+    if (storage.quantized) {
+        if (ac_model_create(&md->model, mc, err) != 0) {
+            ac_err_prefix(err, "%s/" CONFIG_FILE, dir);
+            goto done;
+        }
+        if (ac_quant_load_tensors(&md->model, &storage, model_path, lazy, err) != 0)
+            goto done;
+    } else if (load_tensors(&md->model, mc, dir, model_path, err) != 0) {
         goto done;
+    }
     rc = 0;
 done:
     free(vocab_path);

@@ -387,7 +387,14 @@ static void to_host_order(ac_safetensors *st)
     if (host_is_little_endian())
         return;
     for (int i = 0; i < st->n; i++)
-        if (strcmp(st->tensors[i].dtype, "F32") == 0)
+        if (strcmp(st->tensors[i].dtype, "U16") == 0)
+            for (size_t k = st->tensors[i].begin; k + 1 < st->tensors[i].end; k += 2) {
+                unsigned char t = st->data[k];
+                st->data[k] = st->data[k + 1];
+                st->data[k + 1] = t;
+            }
+    for (int i = 0; i < st->n; i++)
+        if (strcmp(st->tensors[i].dtype, "F32") == 0 || strcmp(st->tensors[i].dtype, "I32") == 0)
             swap_bytes4(st->data + st->tensors[i].begin, (st->tensors[i].end - st->tensors[i].begin) / 4);
 }
 
@@ -572,6 +579,18 @@ static int cmp_cstr_ptr(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+/* Bytes an element of the entry takes; 0 for a dtype the writer does not take. */
+static unsigned entry_width(const ac_st_entry *e)
+{
+    if (!e->dtype || strcmp(e->dtype, "F32") == 0 || strcmp(e->dtype, "I32") == 0)
+        return 4;
+    if (strcmp(e->dtype, "U16") == 0)
+        return 2;
+    if (strcmp(e->dtype, "I8") == 0 || strcmp(e->dtype, "U8") == 0)
+        return 1;
+    return 0;
+}
+
 /* Names unique and not reserved; shapes sane; sizes without overflow. */
 static int check_entries(const ac_st_entry *entries, int n, const char *const *meta_kv, int n_meta,
                          uint64_t *bytes, const char *path, ac_err *err)
@@ -593,10 +612,14 @@ static int check_entries(const ac_st_entry *entries, int n, const char *const *m
                 __builtin_mul_overflow(numel, (uint64_t)e->shape[k], &numel))
                 return ac_err_set(err, "%s: tensor \"%.100s\": bad shape[%d]", path, e->name, k);
         }
-        if (numel > SIZE_MAX / 4 || (numel > 0 && !e->data))
+        const unsigned width = entry_width(e);
+        if (!width)
+            return ac_err_set(err, "%s: tensor \"%.100s\": cannot write dtype %.20s", path,
+                              e->name, e->dtype);
+        if (numel > SIZE_MAX / 4 || (numel > 0 && !(e->dtype ? e->bytes : (const void *)e->data)))
             return ac_err_set(err, "%s: tensor \"%.100s\": %s", path, e->name,
                               numel > SIZE_MAX / 4 ? "too large" : "no data");
-        bytes[i] = numel * 4;
+        bytes[i] = numel * width;
     }
     for (int i = 0; i < 2 * n_meta; i++)
         if (!meta_kv[i])
@@ -653,7 +676,8 @@ static char *build_header(const ac_st_entry *entries, int n, const char *const *
         ok = t && shape && offs;
         if (ok) {
             cJSON_AddItemToObject(root, entries[i].name, t);
-            ok = cJSON_AddStringToObject(t, "dtype", "F32") != NULL;
+            ok = cJSON_AddStringToObject(t, "dtype", entries[i].dtype ? entries[i].dtype : "F32") !=
+                 NULL;
             cJSON_AddItemToObject(t, "shape", shape);
             cJSON_AddItemToObject(t, "data_offsets", offs);
             for (int k = 0; ok && k < entries[i].ndim; k++) {
@@ -709,28 +733,34 @@ int ac_st_write(ac_atomic_file *f, const ac_st_entry *entries, int n, const char
     if (rc != 0)
         return -1;
 
-    if (host_is_little_endian()) {
-        for (int i = 0; i < n; i++) {
-            size_t nbytes = 4;
-            for (int k = 0; k < entries[i].ndim; k++)
-                nbytes *= (size_t)entries[i].shape[k];
-            if (nbytes && ac_atomic_write(f, entries[i].data, nbytes, err) != 0)
-                return -1;
-        }
-        return 0;
-    }
-    /* Big-endian host: swap through a small buffer. */
+    const int little = host_is_little_endian();
     enum { CHUNK = 4096 };
     unsigned char buf[CHUNK * 4];
     for (int i = 0; i < n; i++) {
+        const unsigned width = entry_width(&entries[i]);
+        const unsigned char *src = entries[i].dtype ? (const unsigned char *)entries[i].bytes
+                                                    : (const unsigned char *)entries[i].data;
         size_t numel = 1;
         for (int k = 0; k < entries[i].ndim; k++)
             numel *= (size_t)entries[i].shape[k];
+        if (little || width == 1) {
+            if (numel && ac_atomic_write(f, src, numel * width, err) != 0)
+                return -1;
+            continue;
+        }
+        /* Big-endian host: swap through a small buffer. */
         for (size_t at = 0; at < numel; at += CHUNK) {
             size_t m = numel - at < CHUNK ? numel - at : CHUNK;
-            memcpy(buf, entries[i].data + at, m * 4);
-            swap_bytes4(buf, m);
-            if (ac_atomic_write(f, buf, m * 4, err) != 0)
+            memcpy(buf, src + at * width, m * width);
+            if (width == 4)
+                swap_bytes4(buf, m);
+            else
+                for (size_t k = 0; k < m; k++) {
+                    unsigned char t = buf[2 * k];
+                    buf[2 * k] = buf[2 * k + 1];
+                    buf[2 * k + 1] = t;
+                }
+            if (ac_atomic_write(f, buf, m * width, err) != 0)
                 return -1;
         }
     }

@@ -13,6 +13,7 @@
  * products; softmax, scaling and masking are one vectorised pass per row. */
 #include "attnctl/nn.h"
 
+#include <immintrin.h>
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -252,6 +253,212 @@ void attention_forward(float *out, float *probs, float *scratch, int slots, cons
             zero_outside(pb, len, T);
         /* out_t = sum_s p[t, s] v_s; pad query rows are zero */
         small_gemm(len, hd, len, pb, (size_t)T, 1, vp, (size_t)hdp, ob, (size_t)d, 0);
+        for (int t = len; t < T; t++)
+            memset(ob + (size_t)t * d, 0, sizeof(float) * (size_t)hd);
+    }
+}
+
+/* ------------------------------------------------ int8 scores (quantized models) */
+
+/* Rows of x (stride ld, hd values) as int8 with a scale a row (symmetric,
+ * max |row| / 127; 0 for a zero row, NaN for a row that is not finite), hd
+ * padded to hd4 with zeros; `shift` (128 for the unsigned side of vpdpbusd,
+ * else 0) is added to every byte. */
+static void quantize_head_rows(uint8_t *dst, float *scales, const float *x, size_t ld, int len,
+                               int hd, int hd4, int shift)
+{
+    const float magic = 12582912.0f; /* 1.5 x 2^23: adding it rounds to nearest even */
+    if (hd == VF_LANES) {
+        /* a head of 16: one vector a row, the same operations as below */
+        for (int t = 0; t < len; t++) {
+            vf16 xv = vf_load(x + (size_t)t * ld), a = vf_select(xv < 0.0f, -xv, xv);
+            vi16 bad = ~(a <= 3.4e38f);
+            int finite = 1;
+            for (int i = 0; i < VF_LANES; i++)
+                finite &= !bad[i];
+            const float max = vf_hmax(a);
+            scales[t] = finite ? max / 127.0f : NAN;
+            const float inv = finite && max > 0.0f ? 127.0f / max : 0.0f;
+            vf16 v = (xv * inv + magic) - magic;
+            v = vf_min(vf_max(v, vf_splat(-127.0f)), vf_splat(127.0f));
+            vi16 qi = __builtin_convertvector(v, vi16) + shift;
+            uint8_t *o = dst + (size_t)t * hd4;
+            for (int i = 0; i < VF_LANES; i++)
+                o[i] = (uint8_t)qi[i];
+        }
+        return;
+    }
+    for (int t = 0; t < len; t++) {
+        const float *row = x + (size_t)t * ld;
+        float max = 0.0f;
+        int finite = 1;
+        for (int i = 0; i < hd; i++) {
+            const float a = fabsf(row[i]);
+            max = a > max ? a : max;
+            finite &= a <= 3.4e38f;
+        }
+        scales[t] = finite ? max / 127.0f : NAN;
+        const float inv = finite && max > 0.0f ? 127.0f / max : 0.0f;
+        uint8_t *o = dst + (size_t)t * hd4;
+        for (int i = 0; i < hd4; i++) {
+            float v = i < hd ? (row[i] * inv + magic) - magic : 0.0f;
+            v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
+            o[i] = (uint8_t)((int)v + shift);
+        }
+    }
+}
+
+/* acc[s] = sum_i qu[i] * kq[s][i] for s < len: qu one query row (unsigned,
+ * hd4 bytes), kq the keys as [len rounded to 16 / 16][hd4 / 4][16][4] signed
+ * bytes (16 keys x 4 values a 64-byte block). */
+static void scores_c(int32_t *acc, const uint8_t *qu, const int8_t *kq, int len, int hd4)
+{
+    const int j4 = hd4 / 4;
+    for (int s = 0; s < len; s++) {
+        const int8_t *blk = kq + (size_t)(s / 16) * j4 * 64 + (s % 16) * 4;
+        int32_t sum = 0;
+        for (int j = 0; j < j4; j++)
+            for (int e = 0; e < 4; e++)
+                sum += (int32_t)qu[4 * j + e] * (int32_t)blk[(size_t)j * 64 + e];
+        acc[s] = sum;
+    }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void
+scores_vnni(int32_t *acc, const uint8_t *qu, const int8_t *kq, int len, int hd4)
+{
+    const int j4 = hd4 / 4;
+    for (int s0 = 0; s0 < len; s0 += 16) {
+        const int8_t *blk = kq + (size_t)(s0 / 16) * j4 * 64;
+        __m512i a = _mm512_setzero_si512();
+        for (int j = 0; j < j4; j++) {
+            int32_t four;
+            memcpy(&four, qu + 4 * j, 4);
+            a = _mm512_dpbusd_epi32(a, _mm512_set1_epi32(four),
+                                    _mm512_loadu_si512((const void *)(blk + (size_t)j * 64)));
+        }
+        _mm512_storeu_si512((void *)(acc + s0), a); /* acc has room up to len rounded to 16 */
+    }
+}
+#else
+static void scores_vnni(int32_t *acc, const uint8_t *qu, const int8_t *kq, int len, int hd4)
+{
+    scores_c(acc, qu, kq, len, hd4);
+}
+#endif
+
+/* One row of attention weights from its integer scores: x[s] = (acc[s] -
+ * 128 ksum[s]) sq sk[s], row[s] = exp(scale (x[s] - max x)); returns 1 / the
+ * row's sum (the caller normalises). Two passes, 16 lanes at a time, fixed
+ * order. A row that is not finite becomes NaN. */
+static float exp_scores(float *row, const int32_t *acc, const int32_t *ksum, const float *sk,
+                        float sq, int len, float scale)
+{
+    vf16 vmax = vf_splat(-INFINITY);
+    vi16 nan = {0};
+    const vf16 vsq = vf_splat(sq);
+    int s = 0;
+    for (; s + VF_LANES <= len; s += VF_LANES) {
+        vi16 a, k;
+        memcpy(&a, acc + s, sizeof a);
+        memcpy(&k, ksum + s, sizeof k);
+        vf16 x = __builtin_convertvector(a - 128 * k, vf16) * (vsq * vf_load(sk + s));
+        nan |= x != x;
+        vmax = vf_max(vmax, x);
+        vf_store(row + s, x);
+    }
+    float m = vf_hmax(vmax);
+    int bad = 0;
+    for (int i = 0; i < VF_LANES; i++)
+        bad |= nan[i];
+    for (; s < len; s++) {
+        float x = (float)(acc[s] - 128 * ksum[s]) * (sq * sk[s]);
+        bad |= x != x;
+        m = x > m ? x : m;
+        row[s] = x;
+    }
+    if (bad || !isfinite(m)) {
+        for (int i = 0; i < len; i++)
+            row[i] = NAN;
+        return NAN;
+    }
+    const vf16 shift = vf_splat(m * scale), vscale = vf_splat(scale);
+    vf16 vsum = vf_splat(0.0f);
+    for (s = 0; s + VF_LANES <= len; s += VF_LANES) {
+        vf16 e = vf_exp_nonpositive(vf_load(row + s) * vscale - shift);
+        vf_store(row + s, e);
+        vsum += e;
+    }
+    float sum = vf_sum(vsum);
+    for (; s < len; s++) {
+        vf16 e = vf_exp_nonpositive(vf_splat(row[s] * scale - m * scale));
+        row[s] = e[0];
+        sum += e[0];
+    }
+    return 1.0f / sum;
+}
+
+void attention_forward_int8(float *out, float *probs, float *scratch, int slots, const float *q,
+                            const float *k, const float *v, int ld, const int32_t *lengths, int B,
+                            int T, int d, int H, float scale, int vnni)
+{
+    int hd = d / H, hdp = round_up(hd, VF_LANES), Tp = round_up(T, VF_LANES);
+    int hd4 = round_up(hd, 4);
+    size_t per_slot = slot_floats(T, d, H);
+#pragma omp parallel for schedule(static) num_threads(team_size(slots))
+    for (int bh = 0; bh < B * H; bh++) {
+        int b = bh / H, h = bh % H;
+        int len = lengths[b];
+        size_t item = (size_t)b * T, col = (size_t)h * hd;
+        float *ob = out + item * d + col;
+        float *vp = scratch + (size_t)omp_get_thread_num() * per_slot; /* [Tp, hdp] */
+        float *pb = probs ? probs + (size_t)bh * T * T : vp + (size_t)Tp * hdp;
+        /* after them (3 Tp hdp floats are left): the int8 keys and queries,
+         * their scales, the keys' sums, one row of integer scores and the
+         * rows' 1 / sums */
+        unsigned char *bytes = (unsigned char *)(vp + (size_t)Tp * hdp + (size_t)T * T);
+        int8_t *kq = (int8_t *)bytes;                          /* [Tp * hd4] */
+        uint8_t *qu = (uint8_t *)(bytes + (size_t)Tp * hd4);   /* [Tp * hd4] */
+        float *sq = (float *)(void *)(bytes + 2 * (size_t)Tp * hd4);
+        float *sk = sq + Tp;
+        int32_t *ksum = (int32_t *)(void *)(sk + Tp);
+        int32_t *acc = ksum + Tp;
+        pack_rows(vp, v + item * ld + col, (size_t)ld, len, hd, hdp);
+        /* keys: int8 rows, then regrouped 16 keys x 4 values a block; pad keys are zero */
+        quantize_head_rows(qu, sk, k + item * ld + col, (size_t)ld, len, hd, hd4, 0);
+        memset(kq, 0, (size_t)Tp * hd4);
+        for (int s = 0; s < len; s++) {
+            int32_t sum = 0;
+            for (int i = 0; i < hd4; i++) {
+                int8_t x = (int8_t)qu[(size_t)s * hd4 + i];
+                kq[(size_t)(s / 16) * hd4 * 16 + (size_t)(i / 4) * 64 + (s % 16) * 4 + i % 4] = x;
+                sum += x;
+            }
+            ksum[s] = sum;
+        }
+        quantize_head_rows(qu, sq, q + item * ld + col, (size_t)ld, len, hd, hd4, 128);
+        float *inv_sum = (float *)(void *)(acc + Tp); /* [Tp] */
+        for (int t = 0; t < len; t++) {
+            if (vnni)
+                scores_vnni(acc, qu + (size_t)t * hd4, kq, len, hd4);
+            else
+                scores_c(acc, qu + (size_t)t * hd4, kq, len, hd4);
+            /* the same code after either kernel: the same bits */
+            inv_sum[t] = exp_scores(pb + (size_t)t * T, acc, ksum, sk, sq[t], len, scale);
+        }
+        if (probs) {
+            for (int t = 0; t < len; t++)
+                for (int s = 0; s < len; s++)
+                    pb[(size_t)t * T + s] *= inv_sum[t];
+            zero_outside(pb, len, T);
+        }
+        /* out_t = sum_s p[t, s] v_s (normalised after, when the maps are not kept) */
+        small_gemm(len, hd, len, pb, (size_t)T, 1, vp, (size_t)hdp, ob, (size_t)d, 0);
+        if (!probs)
+            for (int t = 0; t < len; t++)
+                for (int i = 0; i < hd; i++)
+                    ob[(size_t)t * d + i] *= inv_sum[t];
         for (int t = len; t < T; t++)
             memset(ob + (size_t)t * d, 0, sizeof(float) * (size_t)hd);
     }

@@ -66,6 +66,9 @@ int ac_attribution_setup(ac_attribution *a, ac_model *m, ac_attr_method method, 
         return ac_err_set(err, "attribution: method must be ig or gradxinput");
     if (max_T < 1 || max_T > m->cfg.max_len)
         return ac_err_set(err, "attribution: text length %d outside 1..%d", max_T, m->cfg.max_len);
+    /* Explanations read the weights directly: a quantized model loaded for
+     * inference writes all of them first (its forwards do not change). */
+    ac_model_quant_materialize(m);
     if (method == AC_ATTR_IG && (steps < 1 || steps > MAX_START_STEPS || max_steps < steps))
         return ac_err_set(err, "attribution: steps must be in 1..%d and at most max_steps (got %d, %d)",
                           MAX_START_STEPS, steps, max_steps);

@@ -375,6 +375,7 @@ void ac_model_free(ac_model *m)
         free(m->sparse[k].rows);
     }
     free(m->act.mem);
+    ac_quant_free(m->quant);
     memset(m, 0, sizeof *m);
 }
 
@@ -646,12 +647,25 @@ static void embed_ids(ac_model *m, float *out, const int32_t *ids, const int32_t
 {
     const ac_model_config *c = &m->cfg;
     const int d = c->d_model;
+    ac_model_quant_embed_rows(m, ids, (size_t)B * (size_t)T);
     embedding_forward(out, ids, m->p.embed_w, m->p.pos_w ? m->p.pos_w : m->pos_table, B, T, d);
     if (m->p.ngram_w) {
         ngram_buckets_compute(m->act.ngram_ids, ids, lengths, B, T, c->ngram_order,
                               c->ngram_buckets);
         ngram_forward(out, m->act.ngram_ids, m->p.ngram_w, lengths, B, T, d, c->ngram_order - 1);
     }
+}
+
+/* Linear layer `which` (AC_QL_*) of encoder layer l: in int8 in a quantized
+ * model (attnctl/quant.h), else the F32 layer. */
+static void layer_linear(const ac_model *m, int l, int which, float *out, const float *in,
+                         const float *w, const float *bias, int N, int in_dim, int out_dim)
+{
+    const ac_quant *q = m->quant;
+    if (q && l < q->n_layers && q->linear[l][which].packed)
+        ac_qlinear_forward(out, in, &q->linear[l][which], bias, N, q->kernel);
+    else
+        linear_forward(out, in, w, bias, N, in_dim, out_dim);
 }
 
 /* The encoder after act.embed_sum, shared by every objective: the embedding
@@ -682,13 +696,19 @@ static void encoder_from_embed_sum(ac_model *m, const int32_t *ids, const int32_
         const ac_layer_params *w = &m->p.layers[l];
         const float *x = layer_input(m, l, drop);
         float *qkv = a->qkv[l];
-        linear_forward(qkv, x, w->q_w, NULL, N, d, 3 * d);
+        layer_linear(m, l, AC_QL_QKV, qkv, x, w->q_w, NULL, N, d, 3 * d);
         prof_lap(m, &t, m->profile.forward, AC_PART_QKV);
-        attention_forward(a->attn[l], maps ? a->probs[l] : NULL,
-                          a->attn_scratch, a->attn_slots, qkv, qkv + d, qkv + 2 * d, 3 * d,
-                          lengths, B, T, d, H, scale);
+        if (m->quant && m->quant->n_layers > 0)
+            attention_forward_int8(a->attn[l], maps ? a->probs[l] : NULL, a->attn_scratch,
+                                   a->attn_slots, qkv, qkv + d, qkv + 2 * d, 3 * d, lengths, B,
+                                   T, d, H, scale,
+                                   ac_qkernel_is_vnni(m->quant->kernel));
+        else
+            attention_forward(a->attn[l], maps ? a->probs[l] : NULL,
+                              a->attn_scratch, a->attn_slots, qkv, qkv + d, qkv + 2 * d, 3 * d,
+                              lengths, B, T, d, H, scale);
         prof_lap(m, &t, m->profile.forward, AC_PART_ATTENTION);
-        linear_forward(a->attn_proj[l], a->attn[l], w->out_w, w->out_b, N, d, d);
+        layer_linear(m, l, AC_QL_OUT, a->attn_proj[l], a->attn[l], w->out_w, w->out_b, N, d, d);
         prof_lap(m, &t, m->profile.forward, AC_PART_ATTN_OUT);
         if (drop) {
             dropout_forward(a->res1[l], a->attn_mask[l], a->attn_proj[l], p, Nd,
@@ -700,9 +720,9 @@ static void encoder_from_embed_sum(ac_model *m, const int32_t *ids, const int32_
         layernorm_forward(a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], a->res1[l], w->ln1_w,
                           w->ln1_b, N, d, c->ln_eps);
         prof_lap(m, &t, m->profile.forward, AC_PART_ADD_NORM);
-        linear_forward(a->fc1[l], a->ln1[l], w->fc1_w, w->fc1_b, N, d, ff);
+        layer_linear(m, l, AC_QL_FC1, a->fc1[l], a->ln1[l], w->fc1_w, w->fc1_b, N, d, ff);
         relu_forward(a->relu[l], a->fc1[l], (size_t)N * ff);
-        linear_forward(a->fc2[l], a->relu[l], w->fc2_w, w->fc2_b, N, ff, d);
+        layer_linear(m, l, AC_QL_FC2, a->fc2[l], a->relu[l], w->fc2_w, w->fc2_b, N, ff, d);
         prof_lap(m, &t, m->profile.forward, AC_PART_FFN);
         if (drop) {
             dropout_forward(a->res2[l], a->ffn_mask[l], a->fc2[l], p, Nd,
@@ -749,8 +769,12 @@ static float classifier_head_forward(ac_model *m, const int32_t *lengths, const 
     if (m->p.wide_w && m->last_ids) {
         wide_buckets_compute(a->wide_ids, a->wide_counts, m->last_ids, lengths, B, T,
                              c->wide_order, c->wide_buckets);
-        wide_forward(a->logits, a->wide_ids, a->wide_counts, m->p.wide_w, B, T, c->wide_order, C,
-                     c->wide_norm);
+        if (m->quant && m->quant->wide.ids)
+            ac_wide_sparse_forward(a->logits, &m->quant->wide, a->wide_ids, a->wide_counts, B, T,
+                                   c->wide_order, c->wide_norm);
+        else
+            wide_forward(a->logits, a->wide_ids, a->wide_counts, m->p.wide_w, B, T,
+                         c->wide_order, C, c->wide_norm);
     }
     m->last_labels = labels;
     float loss = 0.0f;

@@ -24,7 +24,7 @@ rm -rf "$build/tmp"/attnctl-fuzz-*
 max_len_of() {
     case $1 in
         csv) echo 16384 ;;
-        safetensors | config) echo 8192 ;;
+        safetensors | config | quantized) echo 8192 ;;
         *) echo 4096 ;;
     esac
 }

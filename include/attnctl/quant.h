@@ -1,0 +1,139 @@
+/* Quantized models (attnctl quantize): the arithmetic of the stored types
+ * and the in-memory form a quantized model keeps at inference.
+ *
+ * Matrices are stored as int8 with one F32 scale a row (symmetric: value =
+ * q * scale, scale = max |row| / 127). The wide path's table keeps only its
+ * rows that matter most for the decision, sparsely (ascending bucket ids),
+ * and of each kept row only what the softmax sees: the class probabilities
+ * depend on differences between logits, so a constant added to every class
+ * of a row changes nothing. Two classes keep one number a row, w0 - w1 (the
+ * logits get +x/2 and -x/2: the same difference as the FP32 pair); more
+ * classes keep the row minus its mean. Those values are int8 with one F32
+ * scale for each group of `group` consecutive kept rows. */
+#ifndef ATTNCTL_QUANT_H
+#define ATTNCTL_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attnctl/error.h"
+
+/* Rows of the wide table a quantized model keeps when not told otherwise:
+ * the default IMDB model's file then stays under 3 MB. */
+#define AC_QUANT_DEFAULT_WIDE_ROWS 200000
+/* Kept wide rows sharing one scale (measured on the IMDB default model). */
+#define AC_QUANT_DEFAULT_WIDE_GROUP 16
+
+/* ---- int8 rows ---- */
+
+/* q[r, :] = round(w[r, :] / scale[r]) with scale[r] = max |w[r, :]| / 127
+ * (0 for an all-zero row). Non-finite values make the row's scale NaN. */
+void ac_quant_rows_i8(int8_t *q, float *scale, const float *w, size_t rows, size_t cols);
+/* w[r, :] = q[r, :] * scale[r] */
+void ac_dequant_rows_i8(float *w, const int8_t *q, const float *scale, size_t rows, size_t cols);
+
+/* ---- the wide table ---- */
+
+/* How much row r of a [n_rows, C] table weighs in decisions: |w0 - w1| for
+ * two classes, else the Euclidean norm of the row minus its mean. */
+double ac_wide_row_weight(const float *row, int C);
+/* The (at most) `keep` rows of table [n_rows, C] that weigh most (rows that
+ * weigh 0 never), ties to the lower id, into ids in ascending order; returns
+ * how many. Rows flagged in first (may be NULL) come before all others: a
+ * quantized model keeps the rows of its vocabulary's words, the features
+ * nearly every text has, whatever they weigh. With uses (may be NULL: 0
+ * each), in how many texts of a sample each row occurs, a row weighs
+ * ac_wide_row_weight x (1 + uses): what it adds to decisions over the
+ * sample. Allocates scratch (-1 with err when out of memory). */
+int ac_wide_select_rows(int32_t *ids, const float *table, int n_rows, int C, int keep,
+                        const uint8_t *first, const uint32_t *uses, ac_err *err);
+/* Values a kept row stores: 1 for two classes, else C. */
+static inline int ac_wide_stored_width(int C) { return C == 2 ? 1 : C; }
+/* The stored values of the kept rows (see the top of this file) quantized:
+ * q [n, width], scales [ceil(n / group)]. */
+void ac_wide_quantize(int8_t *q, float *scales, const float *table, const int32_t *ids, int n,
+                      int C, int group);
+
+/* The wide path of a quantized model, as the model uses it at inference. */
+typedef struct {
+    int n;                /* kept rows */
+    int n_classes;        /* C */
+    int width;            /* ac_wide_stored_width(C) */
+    int group;            /* kept rows a scale covers */
+    const int32_t *ids;   /* [n] ascending bucket ids */
+    const int8_t *q;      /* [n, width] */
+    const float *scales;  /* [ceil(n / group)] */
+} ac_wide_sparse;
+
+/* Index of bucket id among the kept rows at or after `from`, or -1. */
+int ac_wide_sparse_find(const ac_wide_sparse *w, int32_t id, int from);
+/* As wide_forward (attnctl/nn.h) for the kept rows: logits[b, :] += scale *
+ * (the stored values summed over item b's kept buckets, in ascending bucket
+ * order). Buckets that were not kept add nothing; counts still count them. */
+void ac_wide_sparse_forward(float *logits, const ac_wide_sparse *w, const int32_t *buckets,
+                            const int32_t *counts, int B, int T, int order, float norm);
+/* The dense [n_rows, C] table the kept rows stand for (zeros elsewhere):
+ * the row (x/2, -x/2) for two classes, else the stored centred row. */
+void ac_wide_sparse_to_dense(float *table, const ac_wide_sparse *w);
+
+/* ---- int8 linear layers (the encoder of a quantized model) ----
+ * out[n, o] = sx[n] * sw[o] * sum_k qx[n, k] * qw[o, k] + bias[o], where
+ * qw, sw are the stored int8 rows of the weight and qx, sx the input row
+ * quantized the same way when the layer runs (symmetric, max |x| / 127).
+ * The sums are exact 32-bit integers, so every kernel gives the same bits
+ * at any thread count: AVX512-VNNI (vpdpbusd, unsigned inputs shifted by
+ * 128 and the shift taken back with the weight rows' sums) where the
+ * processor has it, else plain C. */
+typedef enum {
+    AC_QKERNEL_AUTO = 0, /* the fastest the processor runs */
+    AC_QKERNEL_C = 1,    /* plain C, on any processor */
+    AC_QKERNEL_VNNI = 2, /* AVX512-VNNI (AUTO picks it when available) */
+} ac_qkernel;
+/* Whether the processor runs the kernel (AC_QKERNEL_C: always). */
+int ac_qkernel_available(ac_qkernel k);
+const char *ac_qkernel_name(ac_qkernel k); /* of the one AUTO picks, for AUTO */
+int ac_qkernel_is_vnni(ac_qkernel k);      /* k (AUTO: the one it picks) runs on AVX512-VNNI */
+
+/* Inputs of at most this many features run in int8 (else the F32 layer). */
+#define AC_QLINEAR_MAX_IN 4096
+
+typedef struct {
+    int out_dim, in_dim;
+    int out_pad, in_pad;  /* rounded up to 16 and 4 */
+    int8_t *packed;       /* [out_pad / 16][in_pad / 4][16][4]: 16 outputs x 4 inputs a 64-byte block */
+    float *scale;         /* [out_dim] */
+    int32_t *wsum;        /* [out_dim] sum of the row's int8 values */
+} ac_qlinear;
+
+/* From int8 rows q [out_dim, in_dim] and their scales (copied). -1 when
+ * out of memory or in_dim > AC_QLINEAR_MAX_IN. */
+int ac_qlinear_init(ac_qlinear *l, const int8_t *q, const float *scale, int out_dim, int in_dim);
+void ac_qlinear_free(ac_qlinear *l);
+/* out [N, out_dim] = the layer on in [N, in_dim] (+ bias when not NULL). */
+void ac_qlinear_forward(float *out, const float *in, const ac_qlinear *l, const float *bias, int N,
+                        ac_qkernel kernel);
+
+/* ---- what a quantized model holds beyond its F32 parameters ---- */
+enum { AC_QL_QKV, AC_QL_OUT, AC_QL_FC1, AC_QL_FC2, AC_QL_PER_LAYER };
+typedef struct {
+    ac_wide_sparse wide;   /* wide.ids NULL: the model has no wide path */
+    /* Token embeddings still in int8 (NULL once all are in embed.weight):
+     * a forward writes the rows of the ids it reads into embed.weight first,
+     * so a prediction touches only the rows its text uses. */
+    const int8_t *embed_q;
+    const float *embed_scale;
+    int embed_rows, embed_cols;
+    void *mapping;         /* the model file these point into (unmapped by ac_quant_free) */
+    size_t mapping_len;
+    void *owned;           /* or a malloc'd copy of it (freed by ac_quant_free) */
+    int32_t *decoded_ids;  /* wide.ids, decoded from the file (owned) */
+    /* The encoder's linear layers in int8, [layer][AC_QL_*] (q, k and v as
+     * one [3d, d] layer); n_layers 0: the F32 layers run. */
+    ac_qlinear (*linear)[AC_QL_PER_LAYER];
+    int n_layers;
+    ac_qkernel kernel;
+} ac_quant;
+
+void ac_quant_free(ac_quant *q); /* frees the struct too; NULL is fine */
+
+#endif

@@ -1,0 +1,132 @@
+/* attnctl bench --model DIR [--model DIR2 ...] --data FILE.csv: inference
+ * speed of trained (or quantized) models on the reviews of a CSV, as
+ * eval and predict run them: reviews/s and tokens/s of each model on the
+ * same rows, so an F32 model and its quantized copy compare directly. */
+#include <cjson/cJSON.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "attnctl/quant.h"
+#include "attnctl/util.h"
+#include "cli.h"
+#include "infer.h"
+
+#define BENCH_MODEL_BATCH 32
+
+typedef struct {
+    const char *dir;
+    int quantized;
+    double file_mb;
+    int64_t rows, tokens;
+    double load_s, seconds;
+    const char *kernel;
+} model_speed;
+
+static double file_mb(const char *dir)
+{
+    char path[4096];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    return stat(path, &sb) == 0 ? (double)sb.st_size / 1e6 : 0.0;
+}
+
+/* One pass over the rows of data_path (file order, batches of 32) after one
+ * batch of warm-up. */
+static int measure_model(model_speed *r, const char *dir, const char *data_path, ac_err *err)
+{
+    cli_infer s;
+    ac_rawdata raw;
+    ac_corpus corpus;
+    ac_batch_plan plan;
+    memset(r, 0, sizeof *r);
+    r->dir = dir;
+    double t0 = ac_now_s();
+    if (cli_infer_open(&s, dir, BENCH_MODEL_BATCH, err) != 0)
+        return -1;
+    r->load_s = ac_now_s() - t0;
+    r->quantized = s.md.model.quant != NULL;
+    r->kernel = r->quantized && s.md.model.quant->n_layers > 0
+                    ? ac_qkernel_name(s.md.model.quant->kernel)
+                    : "f32";
+    r->file_mb = file_mb(dir);
+    int rc = -1;
+    if (cli_infer_read_csv(&s, data_path, 0, &raw, &corpus, &plan, err) != 0)
+        goto done;
+    if (corpus.n == 0) {
+        ac_err_set(err, "%s: no rows", data_path);
+        goto done;
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        double start = ac_now_s();
+        int64_t n_batches = pass == 0 ? 1 : plan.n_batches; /* pass 0: warm-up */
+        for (int64_t b = 0; b < n_batches; b++) {
+            ac_batch batch = {.ids = s.ids, .lengths = s.lengths, .labels = s.labels, .rows = s.rows};
+            ac_batch_fill(&batch, &corpus, &plan, b);
+            if (cli_infer_forward(&s, batch.B, batch.T, NULL, err) != 0)
+                goto done;
+            if (pass == 1) {
+                r->rows += batch.B;
+                for (int i = 0; i < batch.B; i++)
+                    r->tokens += batch.lengths[i];
+            }
+        }
+        r->seconds = ac_now_s() - start;
+    }
+    rc = 0;
+done:
+    ac_batch_plan_free(&plan);
+    ac_corpus_free(&corpus);
+    ac_rawdata_free(&raw);
+    cli_infer_close(&s);
+    return rc;
+}
+
+int cli_bench_models(const char *const *dirs, int n, const char *data_path, int json)
+{
+    if (!data_path)
+        return cli_usage_error("bench", "--model needs --data FILE.csv (the reviews to run)");
+    model_speed r[CLI_BENCH_MAX_MODELS] = {{0}};
+    ac_err err = {{0}};
+    for (int i = 0; i < n; i++)
+        if (measure_model(&r[i], dirs[i], data_path, &err) != 0)
+            return cli_error("%s", err.msg);
+    if (json) {
+        cJSON *arr = cJSON_CreateArray();
+        for (int i = 0; arr && i < n; i++) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "model", r[i].dir);
+            cJSON_AddBoolToObject(o, "quantized", r[i].quantized);
+            cJSON_AddStringToObject(o, "kernel", r[i].kernel);
+            cJSON_AddNumberToObject(o, "file_mb", r[i].file_mb);
+            cJSON_AddNumberToObject(o, "rows", (double)r[i].rows);
+            cJSON_AddNumberToObject(o, "tokens", (double)r[i].tokens);
+            cJSON_AddNumberToObject(o, "load_seconds", r[i].load_s);
+            cJSON_AddNumberToObject(o, "seconds", r[i].seconds);
+            cJSON_AddNumberToObject(o, "reviews_per_s", (double)r[i].rows / r[i].seconds);
+            cJSON_AddNumberToObject(o, "tokens_per_s", (double)r[i].tokens / r[i].seconds);
+            cJSON_AddItemToArray(arr, o);
+        }
+        char *text = arr ? cJSON_Print(arr) : NULL;
+        cJSON_Delete(arr);
+        if (!text)
+            return cli_error("out of memory");
+        puts(text);
+        free(text);
+        return CLI_EXIT_OK;
+    }
+    printf("data       %s: %lld reviews, %lld tokens; batches of %d, %d threads\n", data_path,
+           (long long)r[0].rows, (long long)r[0].tokens, BENCH_MODEL_BATCH, omp_get_max_threads());
+    for (int i = 0; i < n; i++)
+        printf("model      %s (%s, %.2f MB, %s): %.0f reviews/s, %.0f tokens/s (%.2f s; load "
+               "%.1f ms)\n",
+               r[i].dir, r[i].quantized ? "quantized" : "F32", r[i].file_mb, r[i].kernel,
+               (double)r[i].rows / r[i].seconds, (double)r[i].tokens / r[i].seconds, r[i].seconds,
+               1e3 * r[i].load_s);
+    for (int i = 1; i < n; i++)
+        printf("speed-up   %s against %s: %.2fx\n", r[i].dir, r[0].dir,
+               r[0].seconds / r[i].seconds);
+    return CLI_EXIT_OK;
+}
