@@ -20,7 +20,6 @@ bin=${1:-./attnctl}
 imdb=../shared/data/imdb
 if [ -f "$imdb/train.csv.gz" ] && [ -f "$imdb/test.csv.gz" ]; then
     train=$imdb/train.csv.gz; test=$imdb/test.csv.gz; config=models/default.json
-    extra=""
     if [ $full = 1 ]; then
         out=models/imdb-full
         echo "demo: the full recipe on IMDB ($train, 25,000 reviews), models/default.json"
@@ -30,9 +29,7 @@ if [ -f "$imdb/train.csv.gz" ] && [ -f "$imdb/test.csv.gz" ]; then
     fi
 else
     echo "demo: $imdb not found; training on the project's small sample (data/sample_train.csv)"
-    train=data/sample_train.csv; test=data/sample_test.csv; out=models/sample; config=models/seed.json
-    # 600 short reviews: more epochs and a larger step than IMDB needs
-    extra="--epochs 15 --lr 0.005"
+    train=data/sample_train.csv; test=data/sample_test.csv; out=models/sample; config=models/default.json
     full=0
 fi
 # train DIR [OPTIONS...]: the preset on $train into DIR, unless DIR holds a model
@@ -44,8 +41,7 @@ train() {
         return
     fi
     rm -rf "$dir"
-    # shellcheck disable=SC2086
-    "$bin" train --config "$config" $extra "$train" --out "$dir" "$@"
+    "$bin" train --config "$config" "$train" --out "$dir" "$@"
 }
 if [ $full = 1 ] && [ -f "$imdb/unsup.csv.gz" ]; then
     # Self-training: a first model (the mean of three members) labels the
@@ -58,10 +54,8 @@ if [ $full = 1 ] && [ -f "$imdb/unsup.csv.gz" ]; then
     train "$out" --teacher "$out-teacher" --unlabelled "$imdb/unsup.csv.gz" --members 1
 elif [ $full = 1 ]; then
     train "$out"
-elif [ "$config" = models/default.json ]; then
-    train "$out" --members 1
 else
-    train "$out"
+    train "$out" --members 1
 fi
 echo "demo: evaluating on $test"
 "$bin" eval --model "$out" "$test" --errors 3
@@ -81,7 +75,7 @@ negative	Stopped charging after two weeks and support never replied.
 positive	I went in expecting another tired sequel and was happily proven wrong. The first half hour is slow, but once the story finds its feet it never lets go: the performances are honest, the score is beautiful, and the ending earned every tear in the theatre. Easily one of the best films I have seen this year.
 EOF
 if [ "$out" = models/sample ]; then
-    # the sample's 600 reviews are too few for verdicts worth checking by eye
+    # the sample's 600 reviews know too few words for verdicts worth checking by eye
     cut -f2 "$showcase" | "$bin" predict --model "$out"
 else
     cut -f2 "$showcase" | "$bin" predict --model "$out" | paste - "$showcase" |
