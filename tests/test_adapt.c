@@ -22,8 +22,8 @@ static void all_auto(ac_train_config *tc)
     *tc = c.training;
     ac_config_free(&c);
     ck_assert_int_eq(tc->epochs, AC_AUTO);
-    ck_assert(tc->crop_frac == AC_AUTO);
     ck_assert(tc->ema == AC_AUTO);
+    ck_assert(tc->crop_frac == 0.5); /* not left to the data */
 }
 
 START_TEST(test_short_texts)
@@ -33,13 +33,11 @@ START_TEST(test_short_texts)
     ac_adapt_data d = {.rows = 2700, .median_tokens = 14, .labelled = 1};
     char said[256];
     ac_train_adapt(&tc, &d, said, sizeof said);
-    ck_assert(tc.crop_frac == 0.0);
     ck_assert_int_eq(tc.epochs, 8);
     ck_assert(tc.ema == 0.99f);
-    ck_assert_msg(strstr(said, "crops off (median text 14 tokens, below --crop-max 64)"), "%s",
-                  said);
-    ck_assert_msg(strstr(said, "8 epochs"), "%s", said);
-    ck_assert_msg(strstr(said, "weight average decay 0.99"), "%s", said);
+    ck_assert(tc.crop_frac == 0.5);
+    ck_assert_str_eq(said, "8 epochs, weight average decay 0.99 (median text 14 tokens, below "
+                           "--crop-max 64)");
 }
 END_TEST
 
@@ -53,11 +51,10 @@ START_TEST(test_long_texts_keep_the_recipe)
         ac_adapt_data d = {.rows = 22500, .median_tokens = medians[k], .labelled = 1};
         char said[256];
         ac_train_adapt(&tc, &d, said, sizeof said);
-        ck_assert(tc.crop_frac == 0.5);
         ck_assert_int_eq(tc.epochs, 4);
         ck_assert(tc.ema == 0.999f);
-        ck_assert_msg(strstr(said, "crops 0.5 (median text") && strstr(said, "4 epochs") &&
-                          strstr(said, "weight average decay 0.999"),
+        ck_assert_msg(strstr(said, "4 epochs, weight average decay 0.999 (median text") &&
+                          strstr(said, "tokens, at least --crop-max 64)"),
                       "%s", said);
     }
     /* The threshold is --crop-max: crops of at most 16 tokens suit 20-token texts. */
@@ -67,8 +64,14 @@ START_TEST(test_long_texts_keep_the_recipe)
     ac_adapt_data d = {.rows = 1000, .median_tokens = 20, .labelled = 1};
     char said[256];
     ac_train_adapt(&tc, &d, said, sizeof said);
-    ck_assert(tc.crop_frac == 0.5);
     ck_assert_int_eq(tc.epochs, 4);
+    ck_assert(tc.ema == 0.999f);
+    /* one token short of it: short */
+    all_auto(&tc);
+    d.median_tokens = 63;
+    ac_train_adapt(&tc, &d, said, sizeof said);
+    ck_assert_int_eq(tc.epochs, 8);
+    ck_assert(tc.ema == 0.99f);
 }
 END_TEST
 
@@ -77,14 +80,14 @@ START_TEST(test_explicit_values_win)
     ac_train_config tc;
     all_auto(&tc);
     tc.epochs = 3;
-    tc.crop_frac = 0.25;
     ac_adapt_data d = {.rows = 900, .median_tokens = 11, .labelled = 1};
     char said[256];
     ac_train_adapt(&tc, &d, said, sizeof said);
     ck_assert_int_eq(tc.epochs, 3);
-    ck_assert(tc.crop_frac == 0.25);
     ck_assert(tc.ema == 0.99f);
-    ck_assert_str_eq(said, "weight average decay 0.99"); /* only what was chosen */
+    /* only what was chosen */
+    ck_assert_str_eq(said,
+                     "weight average decay 0.99 (median text 11 tokens, below --crop-max 64)");
 
     tc.ema = 0.0f; /* off, given */
     ac_train_adapt(&tc, &d, said, sizeof said);
@@ -101,7 +104,6 @@ START_TEST(test_pretraining_takes_the_fixed_values)
     char said[256];
     ac_train_adapt(&tc, &d, said, sizeof said);
     ck_assert_int_eq(tc.epochs, 4);
-    ck_assert(tc.crop_frac == 0.0);
     ck_assert(tc.ema == 0.0f);
     ck_assert_str_eq(said, "");
 }
@@ -114,23 +116,22 @@ START_TEST(test_config_auto)
     ac_err err;
     ac_config c;
     ac_config_defaults(&c);
-    const char *json = "{\"training\": {\"epochs\": 6, \"crop_frac\": \"auto\", \"ema\": 0.9}}";
+    const char *json = "{\"training\": {\"epochs\": 6, \"ema\": \"auto\"}}";
     ck_assert_msg(ac_config_parse(&c, json, strlen(json), "p.json", 0, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(c.training.epochs, 6);
-    ck_assert(c.training.crop_frac == AC_AUTO);
-    ck_assert(c.training.ema == 0.9f);
+    ck_assert(c.training.ema == AC_AUTO);
     char *out = ac_config_to_json(&c);
-    ck_assert_ptr_nonnull(strstr(out, "\"crop_frac\": \"auto\""));
+    ck_assert_ptr_nonnull(strstr(out, "\"ema\": \"auto\""));
     ck_assert_ptr_nonnull(strstr(out, "\"epochs\": 6"));
     free(out);
     ac_config_free(&c);
 
     ac_config_defaults(&c);
-    const char *bad = "{\"training\": {\"batch_size\": \"auto\"}}";
+    const char *bad = "{\"training\": {\"crop_frac\": \"auto\"}}";
     ck_assert_int_ne(ac_config_parse(&c, bad, strlen(bad), "p.json", 0, &err), 0);
-    ck_assert_msg(strstr(err.msg, "p.json") && strstr(err.msg, "batch_size"), "%s", err.msg);
-    ck_assert_msg(!strstr(err.msg, "\"auto\"\n") && !strstr(err.msg, "or \"auto\""), "%s",
+    ck_assert_msg(strstr(err.msg, "p.json") && strstr(err.msg, "training.crop_frac"), "%s",
                   err.msg);
+    ck_assert_msg(!strstr(err.msg, "or \"auto\""), "%s", err.msg);
     ac_config_free(&c);
     ac_config_defaults(&c);
     const char *worse = "{\"training\": {\"epochs\": \"many\"}}";
@@ -221,15 +222,15 @@ START_TEST(test_cli_short_csv)
     const char *shape = "--d-model 16 --heads 2 --ff 32 --batch-size 8 --members 1 --threads 1 "
                         "--wide-buckets 1024";
 
-    /* Nothing given: all three from the data, printed and recorded. */
+    /* Nothing given: both from the data, printed and recorded. */
     snprintf(out, sizeof out, "%s/auto", dir);
     ck_assert_int_ge(asprintf(&cmd, "%s train %s --out %s %s", bin, csv, out, shape), 0);
     ck_assert_msg(run_capture(cmd, &err) == 0, "%s", err);
-    ck_assert_msg(strstr(err, "attnctl: adapted to the data: crops off (median text 5 tokens, "
-                              "below --crop-max 64), 8 epochs, weight average decay 0.99\n"),
+    ck_assert_msg(strstr(err, "attnctl: adapted to the data: 8 epochs, weight average decay 0.99 "
+                              "(median text 5 tokens, below --crop-max 64)\n"),
                   "%s", err);
     cJSON *root = training_of(out);
-    ck_assert(training_number(root, "crop_frac") == 0.0);
+    ck_assert(training_number(root, "crop_frac") == 0.5);
     ck_assert(training_number(root, "epochs") == 8.0);
     ck_assert(training_number(root, "ema") == 0.99);
     cJSON_Delete(root);
@@ -238,14 +239,13 @@ START_TEST(test_cli_short_csv)
 
     /* Options win; what is left still adapts. */
     snprintf(out, sizeof out, "%s/given", dir);
-    ck_assert_int_ge(asprintf(&cmd, "%s train %s --out %s %s --epochs 2 --crop 0.3", bin, csv,
-                              out, shape),
+    ck_assert_int_ge(asprintf(&cmd, "%s train %s --out %s %s --epochs 2", bin, csv, out, shape),
                      0);
     ck_assert_msg(run_capture(cmd, &err) == 0, "%s", err);
-    ck_assert_msg(strstr(err, "attnctl: adapted to the data: weight average decay 0.99\n"), "%s",
-                  err);
+    ck_assert_msg(strstr(err, "attnctl: adapted to the data: weight average decay 0.99 (median "
+                              "text 5 tokens, below --crop-max 64)\n"),
+                  "%s", err);
     root = training_of(out);
-    ck_assert(training_number(root, "crop_frac") == 0.3);
     ck_assert(training_number(root, "epochs") == 2.0);
     ck_assert(training_number(root, "ema") == 0.99);
     cJSON_Delete(root);
@@ -256,19 +256,18 @@ START_TEST(test_cli_short_csv)
     snprintf(preset, sizeof preset, "%s/preset.json", dir);
     FILE *f = fopen(preset, "w");
     ck_assert_ptr_nonnull(f);
-    fprintf(f, "{\"training\": {\"epochs\": 1, \"ema\": 0, \"crop_frac\": \"auto\"}}\n");
+    fprintf(f, "{\"training\": {\"epochs\": \"auto\", \"ema\": 0}}\n");
     fclose(f);
     snprintf(out, sizeof out, "%s/preset", dir);
     ck_assert_int_ge(asprintf(&cmd, "%s train %s --out %s %s --config %s", bin, csv, out, shape,
                               preset),
                      0);
     ck_assert_msg(run_capture(cmd, &err) == 0, "%s", err);
-    ck_assert_msg(strstr(err, "attnctl: adapted to the data: crops off (median text 5 tokens, "
+    ck_assert_msg(strstr(err, "attnctl: adapted to the data: 8 epochs (median text 5 tokens, "
                               "below --crop-max 64)\n"),
                   "%s", err);
     root = training_of(out);
-    ck_assert(training_number(root, "crop_frac") == 0.0);
-    ck_assert(training_number(root, "epochs") == 1.0);
+    ck_assert(training_number(root, "epochs") == 8.0);
     ck_assert(training_number(root, "ema") == 0.0);
     cJSON_Delete(root);
     free(cmd);
@@ -276,7 +275,7 @@ START_TEST(test_cli_short_csv)
 
     /* Nothing left to the data: no line. */
     snprintf(out, sizeof out, "%s/none", dir);
-    ck_assert_int_ge(asprintf(&cmd, "%s train %s --out %s %s --epochs 1 --crop 0 --ema 0", bin,
+    ck_assert_int_ge(asprintf(&cmd, "%s train %s --out %s %s --epochs 1 --ema 0", bin,
                               csv, out, shape),
                      0);
     ck_assert_msg(run_capture(cmd, &err) == 0, "%s", err);

@@ -1084,7 +1084,6 @@ START_TEST(test_config_of_version_0_1_loads)
     ac_config_defaults(&c);
     /* a trained model's config.json: the settings left to the data are numbers */
     c.training.epochs = 4;
-    c.training.crop_frac = 0.5;
     c.training.ema = 0.999f;
     set_labels(&c, TWO_LABELS, 2);
     char *text = ac_config_to_json(&c);

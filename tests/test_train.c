@@ -65,9 +65,8 @@ static void tiny_config(ac_config *c)
     c->training.min_count = 1;
     c->training.seed = 7;
     c->training.members = 1; /* one model: test_members covers several */
-    /* The values these tests were written with, not left to the (short)
+    /* The value these tests were written with, not left to the (short)
      * data: test_adapt.c covers that. */
-    c->training.crop_frac = 0.5;
     c->training.ema = 0.999f;
 }
 

@@ -169,8 +169,8 @@ typedef struct {
  * no <cls>. */
 int ac_train_init_config(ac_config *cfg, const char *init_dir, ac_err *err);
 
-/* What the settings left to the data (AC_AUTO in training.epochs, crop_frac,
- * ema) are chosen from: the training rows after the validation split,
+/* What the settings left to the data (AC_AUTO in training.epochs and
+ * training.ema) are chosen from: the training rows after the validation split,
  * tokenised and truncated to model.max_len. */
 typedef struct {
     int64_t rows;
@@ -182,14 +182,12 @@ typedef struct {
  * src/train/adapt.c and attnctl.1) and writes what it chose, one phrase per
  * setting separated by ", ", into said (empty when nothing was left to the
  * data). On texts as long as the crops (median >= crop_max tokens) the
- * values are those of the IMDB recipe: crops 0.5, 4 epochs, decay 0.999. */
+ * values are those of the IMDB recipe: 4 epochs, decay 0.999. */
 void ac_train_adapt(ac_train_config *tc, const ac_adapt_data *d, char *said, size_t n);
 /* The values it chooses: texts as long as the crops (the IMDB recipe), and
  * shorter ones. */
-#define AC_ADAPT_LONG_CROP_FRAC 0.5
 #define AC_ADAPT_LONG_EPOCHS 4
 #define AC_ADAPT_LONG_EMA 0.999f
-#define AC_ADAPT_SHORT_CROP_FRAC 0.0
 #define AC_ADAPT_SHORT_EPOCHS 8
 #define AC_ADAPT_SHORT_EMA 0.99f
 

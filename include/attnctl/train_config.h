@@ -13,7 +13,7 @@
  * memory. The trainer resolves it from the training rows before the batch
  * plans (src/train/adapt.c) and records the number it chose, so a finished
  * or checkpointed run never holds it. Only the keys that allow it
- * (training.epochs, crop_frac, ema) take it. */
+ * (training.epochs, ema) take it. */
 #define AC_AUTO (-1)
 
 /* At most this many members in a weight average (training.members). */

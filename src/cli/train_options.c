@@ -251,8 +251,7 @@ void cli_print_training_options(cli_training_kind kind)
                "                         stopping, 0 = never [%d]\n"
                "      --crop X           share of the reviews cut each epoch to a random span of\n"
                "                         --crop-min..--crop-max tokens, so short texts are learnt\n"
-               "                         too [auto: %g, or %g when the median training text\n"
-               "                         is shorter than --crop-max tokens]\n"
+               "                         too [%g]\n"
                "      --crop-min N, --crop-max N\n"
                "                         span lengths of the crops [%d, %d]\n"
                "      --label-smoothing X  target (1-X) on the label and X spread over all "
@@ -264,7 +263,7 @@ void cli_print_training_options(cli_training_kind kind)
                "                         the mean reads below every member on validation):\n"
                "                         a model of the usual size, N times the training;\n"
                "                         1 = one model [%d]\n",
-               t->val_split, t->eval_every, t->patience, AC_ADAPT_LONG_CROP_FRAC, AC_ADAPT_SHORT_CROP_FRAC, t->crop_min, t->crop_max,
+               t->val_split, t->eval_every, t->patience, t->crop_frac, t->crop_min, t->crop_max,
                (double)t->label_smoothing, (double)t->token_dropout, t->members);
     printf("      --ema X            evaluate and save a moving average of the weights with\n"
            "                         decay X per step; 0 = the weights themselves [%s]\n"

@@ -20,7 +20,7 @@ static int pretrain_check_options(const ac_train_options *o, ac_err *err)
     if (o->resume || !o->config)
         return 0;
     const ac_train_config *tc = &o->config->training;
-    if ((tc->crop_frac != 0.0 && tc->crop_frac != AC_AUTO) || tc->label_smoothing != 0.0f || tc->token_dropout != 0.0f)
+    if (tc->crop_frac != 0.0 || tc->label_smoothing != 0.0f || tc->token_dropout != 0.0f)
         return ac_err_set(err, "pretraining uses no crops, label smoothing or token dropout "
                                "(training.crop_frac, label_smoothing, token_dropout must be 0)");
     if (!(tc->mask_frac > 0.0 && tc->mask_frac < 1.0))

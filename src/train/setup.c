@@ -327,7 +327,7 @@ static int setup_resume(trainer *t, ac_err *err)
         return ac_err_set(err, "resume: %s/trainer_state.json: seed differs from config.json",
                           t->ckpt_dir);
     const ac_train_config *tc = &t->cfg.training;
-    if (tc->epochs == AC_AUTO || tc->crop_frac == AC_AUTO || tc->ema == AC_AUTO)
+    if (tc->epochs == AC_AUTO || tc->ema == AC_AUTO)
         return ac_err_set(err, "resume: %s/config.json: a training setting is \"auto\" (a run "
                                "records the values it chose)",
                           t->ckpt_dir);
