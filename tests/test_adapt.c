@@ -30,7 +30,7 @@ START_TEST(test_short_texts)
 {
     ac_train_config tc;
     all_auto(&tc);
-    ac_adapt_data d = {.rows = 2700, .median_tokens = 14, .labelled = 1};
+    ac_adapt_data d = {.median_tokens = 14, .labelled = 1};
     char said[256];
     ac_train_adapt(&tc, &d, said, sizeof said);
     ck_assert_int_eq(tc.epochs, 8);
@@ -48,7 +48,7 @@ START_TEST(test_long_texts_keep_the_recipe)
     for (size_t k = 0; k < sizeof medians / sizeof medians[0]; k++) {
         ac_train_config tc;
         all_auto(&tc);
-        ac_adapt_data d = {.rows = 22500, .median_tokens = medians[k], .labelled = 1};
+        ac_adapt_data d = {.median_tokens = medians[k], .labelled = 1};
         char said[256];
         ac_train_adapt(&tc, &d, said, sizeof said);
         ck_assert_int_eq(tc.epochs, 4);
@@ -61,7 +61,7 @@ START_TEST(test_long_texts_keep_the_recipe)
     ac_train_config tc;
     all_auto(&tc);
     tc.crop_max = 16;
-    ac_adapt_data d = {.rows = 1000, .median_tokens = 20, .labelled = 1};
+    ac_adapt_data d = {.median_tokens = 20, .labelled = 1};
     char said[256];
     ac_train_adapt(&tc, &d, said, sizeof said);
     ck_assert_int_eq(tc.epochs, 4);
@@ -80,7 +80,7 @@ START_TEST(test_explicit_values_win)
     ac_train_config tc;
     all_auto(&tc);
     tc.epochs = 3;
-    ac_adapt_data d = {.rows = 900, .median_tokens = 11, .labelled = 1};
+    ac_adapt_data d = {.median_tokens = 11, .labelled = 1};
     char said[256];
     ac_train_adapt(&tc, &d, said, sizeof said);
     ck_assert_int_eq(tc.epochs, 3);
@@ -100,7 +100,7 @@ START_TEST(test_pretraining_takes_the_fixed_values)
 {
     ac_train_config tc;
     all_auto(&tc);
-    ac_adapt_data d = {.rows = 900, .median_tokens = 11, .labelled = 0};
+    ac_adapt_data d = {.median_tokens = 11, .labelled = 0};
     char said[256];
     ac_train_adapt(&tc, &d, said, sizeof said);
     ck_assert_int_eq(tc.epochs, 4);

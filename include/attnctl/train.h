@@ -173,7 +173,6 @@ int ac_train_init_config(ac_config *cfg, const char *init_dir, ac_err *err);
  * training.ema) are chosen from: the training rows after the validation split,
  * tokenised and truncated to model.max_len. */
 typedef struct {
-    int64_t rows;
     int64_t median_tokens; /* tokens of the median row */
     int labelled;          /* 0: pretraining, which takes the fixed values */
 } ac_adapt_data;

@@ -205,8 +205,7 @@ static int adapt_to_data(trainer *t, ac_err *err)
         lengths[k] = c->off[r + 1] - c->off[r];
     }
     qsort(lengths, (size_t)t->n_train, sizeof *lengths, compare_i64);
-    ac_adapt_data d = {.rows = t->n_train,
-                       .median_tokens = t->n_train > 0 ? lengths[t->n_train / 2] : 0,
+    ac_adapt_data d = {.median_tokens = t->n_train > 0 ? lengths[t->n_train / 2] : 0,
                        .labelled = t->obj->labelled};
     free(lengths);
     ac_train_adapt(&t->cfg.training, &d, t->adapted, sizeof t->adapted);
