@@ -1082,6 +1082,9 @@ START_TEST(test_config_of_version_0_1_loads)
 {
     ac_config c;
     ac_config_defaults(&c);
+    /* a trained model's config.json: the settings left to the data are numbers */
+    c.training.epochs = 4;
+    c.training.ema = 0.999f;
     set_labels(&c, TWO_LABELS, 2);
     char *text = ac_config_to_json(&c);
     static const char *const added[] = {

@@ -89,6 +89,8 @@ typedef struct {
     int resumed;                  /* 1 when continuing a checkpoint (step = where it resumed) */
     int64_t n_train_tokens, n_unk_tokens, n_truncated; /* of the training corpus */
     double padding_fraction;      /* share of the first epoch's batch positions that are padding */
+    const char *adapted;          /* fresh run: the settings chosen from the data
+                                     (ac_train_adapt's text), "" when none */
 } ac_train_progress;
 
 typedef void (*ac_train_progress_fn)(const ac_train_progress *p, void *user);
@@ -166,6 +168,27 @@ typedef struct {
  * loadable model config, or cfg asks for cls pooling and its vocabulary has
  * no <cls>. */
 int ac_train_init_config(ac_config *cfg, const char *init_dir, ac_err *err);
+
+/* What the settings left to the data (AC_AUTO in training.epochs and
+ * training.ema) are chosen from: the training rows after the validation split,
+ * tokenised and truncated to model.max_len. */
+typedef struct {
+    int64_t median_tokens; /* tokens of the median row */
+    int labelled;          /* 0: pretraining, which takes the fixed values */
+} ac_adapt_data;
+
+/* Resolves every AC_AUTO field of tc from d (the rules are in
+ * src/train/adapt.c and attnctl.1) and writes what it chose, one phrase per
+ * setting separated by ", ", into said (empty when nothing was left to the
+ * data). On texts as long as the crops (median >= crop_max tokens) the
+ * values are those of the IMDB recipe: 4 epochs, decay 0.999. */
+void ac_train_adapt(ac_train_config *tc, const ac_adapt_data *d, char *said, size_t n);
+/* The values it chooses: texts as long as the crops (the IMDB recipe), and
+ * shorter ones. */
+#define AC_ADAPT_LONG_EPOCHS 4
+#define AC_ADAPT_LONG_EMA 0.999f
+#define AC_ADAPT_SHORT_EPOCHS 8
+#define AC_ADAPT_SHORT_EMA 0.99f
 
 typedef enum {
     AC_TRAIN_FINISHED = 0,      /* all epochs done */

@@ -9,6 +9,13 @@
 
 #include "attnctl/optim.h"
 
+/* A training setting left to the data: "auto" in config.json, this value in
+ * memory. The trainer resolves it from the training rows before the batch
+ * plans (src/train/adapt.c) and records the number it chose, so a finished
+ * or checkpointed run never holds it. Only the keys that allow it
+ * (training.epochs, ema) take it. */
+#define AC_AUTO (-1)
+
 /* At most this many members in a weight average (training.members). */
 #define AC_MAX_MEMBERS 64
 

@@ -71,6 +71,8 @@ static void print_begin(const ac_train_progress *ev)
     if (ev->resumed)
         fprintf(stderr, "attnctl: resuming at step %ld of %ld\n", ev->step, ev->total_steps);
     int pretraining = ev->objective == AC_OBJECTIVE_MASKED_LM;
+    if (!ev->resumed && ev->adapted && ev->adapted[0])
+        fprintf(stderr, "attnctl: adapted to the data: %s\n", ev->adapted);
     fprintf(stderr,
             "attnctl: %s%lld training %s, %lld %s, vocabulary %d, %s parameters, about %.0f MiB\n",
             pretraining ? "masked-LM pretraining: " : "", (long long)ev->n_train,

@@ -207,8 +207,18 @@ void cli_print_training_options(cli_training_kind kind)
     ac_config_defaults(&d);
     const ac_train_config *t = &d.training;
     const int pretrain = kind == CLI_PRETRAIN;
+    char epochs_auto[160], ema_auto[160];
+    snprintf(epochs_auto, sizeof epochs_auto,
+             "                         auto: %d, or %d when the median training text is\n"
+             "                         shorter than --crop-max tokens\n",
+             AC_ADAPT_LONG_EPOCHS, AC_ADAPT_SHORT_EPOCHS);
+    snprintf(ema_auto, sizeof ema_auto,
+             "                         auto: %g, or %g when the median training text is\n"
+             "                         shorter than --crop-max tokens\n",
+             (double)AC_ADAPT_LONG_EMA, (double)AC_ADAPT_SHORT_EMA);
     printf("Training (defaults in brackets):\n"
-           "      --epochs N         passes over the %s [%d]\n"
+           "      --epochs N         passes over the %s [%s]\n"
+           "%s"
            "      --batch-size N     %s per step [%d]\n"
            "      --micro-batch N    rows of a micro-batch: a step's batch is cut into\n"
            "                         micro-batches by row index, their gradients summed\n"
@@ -220,7 +230,10 @@ void cli_print_training_options(cli_training_kind kind)
            "                         count [%g]\n"
            "      --weight-decay X   decoupled weight decay of matrices [%g]\n"
            "      --clip X           global gradient-norm clip, 0 = off [%g]\n",
-           pretrain ? "texts" : "training rows", t->epochs, pretrain ? "texts" : "reviews",
+           pretrain ? "texts" : "training rows",
+           pretrain ? "4" : "auto",
+           pretrain ? "" : epochs_auto,
+           pretrain ? "texts" : "reviews",
            t->batch_size, t->micro_batch, (double)t->optim.lr,
            ac_schedule_name(t->optim.schedule),
            t->warmup_frac, (double)t->optim.weight_decay, (double)t->optim.clip_norm);
@@ -253,7 +266,8 @@ void cli_print_training_options(cli_training_kind kind)
                t->val_split, t->eval_every, t->patience, t->crop_frac, t->crop_min, t->crop_max,
                (double)t->label_smoothing, (double)t->token_dropout, t->members);
     printf("      --ema X            evaluate and save a moving average of the weights with\n"
-           "                         decay X per step; 0 = the weights themselves [%g]\n"
+           "                         decay X per step; 0 = the weights themselves [%s]\n"
+           "%s"
            "      --max-steps N      stop after N steps in all, 0 = no limit; the schedule still\n"
            "                         spans all epochs, so the run can be resumed and continued\n"
            "      --keep-checkpoint  keep checkpoint/'s weights, AdamW moments and average when\n"
@@ -263,7 +277,8 @@ void cli_print_training_options(cli_training_kind kind)
            "                         model bitwise, whatever --threads [%llu]\n"
            "      --threads N        threads to use [all cores]\n"
            "\n",
-           pretrain ? 0.0 : (double)t->ema, (unsigned long long)t->seed);
+           pretrain ? "0" : "auto", pretrain ? "" : ema_auto,
+           (unsigned long long)t->seed);
     ac_config_free(&d);
 }
 

@@ -45,7 +45,7 @@ void ac_config_defaults(ac_config *c)
     c->n_labels = 0; /* class names come from the training data */
     c->labels = NULL;
     c->training = (ac_train_config){
-        .epochs = 4,
+        .epochs = AC_AUTO, /* from the data: see src/train/adapt.c */
         .batch_size = 32,
         .micro_batch = 8,
         .optim =
@@ -73,7 +73,7 @@ void ac_config_defaults(ac_config *c)
         .crop_max = 64,
         .label_smoothing = 0.0f,
         .token_dropout = 0.0f,
-        .ema = 0.999f,
+        .ema = AC_AUTO,
         .members = 3,
         .mask_frac = AC_MLM_MASK_FRAC,
     };
@@ -122,7 +122,9 @@ typedef enum {
  * files written before the key existed) lack; such a file still loads (full),
  * with the key at its LEGACY_VALUES value (0 when not listed): the behaviour
  * that version had. */
-enum { LO_OPEN = 1, HI_OPEN = 2, SINCE_0_2 = 4 };
+/* AUTO: the key may also be "auto" (stored as AC_AUTO, see train_config.h):
+ * the trainer chooses the value from the training rows and writes it. */
+enum { LO_OPEN = 1, HI_OPEN = 2, SINCE_0_2 = 4, AUTO = 8 };
 
 static const struct {
     const char *key;
@@ -192,7 +194,7 @@ static const key_spec TOKENIZER_KEYS[] = {
 };
 
 static const key_spec TRAINING_KEYS[] = {
-    {"epochs", K_INT, AT(training.epochs), 1, 1000000, 0, 0},
+    {"epochs", K_INT, AT(training.epochs), 1, 1000000, AUTO, 0},
     {"batch_size", K_INT, AT(training.batch_size), 1, 65536, 0, 0},
     {"micro_batch", K_INT, AT(training.micro_batch), 1, 65536, SINCE_0_2, 0},
     {"lr", K_FLOAT, AT(training.optim.lr), 0, 10, LO_OPEN, 0},
@@ -217,7 +219,7 @@ static const key_spec TRAINING_KEYS[] = {
     {"label_smoothing", K_FLOAT, AT(training.label_smoothing), 0, 1, HI_OPEN | SINCE_0_2, 0},
     {"token_dropout", K_FLOAT, AT(training.token_dropout), 0, 1, HI_OPEN | SINCE_0_2, 0},
     {"wide_nb", K_FLOAT, AT(training.wide_nb), 0, 100, SINCE_0_2, 0},
-    {"ema", K_FLOAT, AT(training.ema), 0, 1, HI_OPEN | SINCE_0_2, 0},
+    {"ema", K_FLOAT, AT(training.ema), 0, 1, HI_OPEN | SINCE_0_2 | AUTO, 0},
     {"members", K_INT, AT(training.members), 1, AC_MAX_MEMBERS, SINCE_0_2, 0},
 };
 
@@ -246,7 +248,17 @@ static const section_spec SECTIONS[] = {
 /* -------------------------------------------------------------- messages */
 
 /* "an integer in 1..65536", "a number in (0, 1)", ... */
+static void describe_expected_value(const key_spec *k, char *out, size_t n);
+
 static void describe_expected(const key_spec *k, char *out, size_t n)
+{
+    describe_expected_value(k, out, n);
+    size_t used = strlen(out);
+    if ((k->flags & AUTO) && used < n)
+        snprintf(out + used, n - used, " or \"auto\"");
+}
+
+static void describe_expected_value(const key_spec *k, char *out, size_t n)
 {
     switch (k->kind) {
     case K_CLASSES:
@@ -400,6 +412,17 @@ static int store_value(void *base, const key_spec *k, const cJSON *v)
 {
     char *field = (char *)base + k->offset;
     double d;
+    if ((k->flags & AUTO) && cJSON_IsString(v) && strcmp(v->valuestring, "auto") == 0) {
+        if (k->kind == K_INT)
+            *(int *)(void *)field = AC_AUTO;
+        else if (k->kind == K_FLOAT)
+            *(float *)(void *)field = AC_AUTO;
+        else if (k->kind == K_DOUBLE)
+            *(double *)(void *)field = AC_AUTO;
+        else
+            return -1;
+        return 0;
+    }
     switch (k->kind) {
     case K_INT:
     case K_LONG:
@@ -862,6 +885,11 @@ static cJSON *integer_raw(long long v)
 static cJSON *value_json(const void *base, const key_spec *k)
 {
     const char *field = (const char *)base + k->offset;
+    if ((k->flags & AUTO) &&
+        ((k->kind == K_INT && *(const int *)(const void *)field == AC_AUTO) ||
+         (k->kind == K_FLOAT && *(const float *)(const void *)field == AC_AUTO) ||
+         (k->kind == K_DOUBLE && *(const double *)(const void *)field == AC_AUTO)))
+        return cJSON_CreateString("auto");
     switch (k->kind) {
     case K_INT:
     case K_BOOL:

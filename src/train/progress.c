@@ -45,6 +45,7 @@ void trainer_fill_progress(const trainer *t, const session_stats *s, ac_train_ev
     p->n_train_tokens = t->train_corpus.n_tokens;
     p->n_unk_tokens = t->train_corpus.n_unk;
     p->n_truncated = t->train_corpus.n_truncated;
+    p->adapted = t->adapted;
     p->padding_fraction = t->plan.padded_tokens > 0
                               ? 1.0 - (double)t->plan.real_tokens / (double)t->plan.padded_tokens
                               : 0.0;

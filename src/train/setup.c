@@ -187,6 +187,31 @@ static int wide_start_from_nb(trainer *t, ac_err *err)
     return 0;
 }
 
+static int compare_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The settings left to the data ("auto"), from the encoded training rows. */
+static int adapt_to_data(trainer *t, ac_err *err)
+{
+    const ac_corpus *c = &t->train_corpus;
+    int64_t *lengths = malloc((size_t)(t->n_train > 0 ? t->n_train : 1) * sizeof *lengths);
+    if (!lengths)
+        return ac_err_set(err, "out of memory");
+    for (int64_t k = 0; k < t->n_train; k++) {
+        const int64_t r = t->train_idx[k];
+        lengths[k] = c->off[r + 1] - c->off[r];
+    }
+    qsort(lengths, (size_t)t->n_train, sizeof *lengths, compare_i64);
+    ac_adapt_data d = {.median_tokens = t->n_train > 0 ? lengths[t->n_train / 2] : 0,
+                       .labelled = t->obj->labelled};
+    free(lengths);
+    ac_train_adapt(&t->cfg.training, &d, t->adapted, sizeof t->adapted);
+    return 0;
+}
+
 static int setup_fresh(trainer *t, ac_err *err)
 {
     const ac_train_options *o = t->opt;
@@ -224,6 +249,8 @@ static int setup_fresh(trainer *t, ac_err *err)
     if (ac_model_config_validate(&t->cfg.model, err))
         return ac_err_prefix(err, "model configuration");
     if (encode_corpora(t, err))
+        return -1;
+    if (adapt_to_data(t, err))
         return -1;
     if (ac_model_create(&t->model, &t->cfg.model, err))
         return ac_err_prefix(err, "creating the model");
@@ -297,6 +324,11 @@ static int setup_resume(trainer *t, ac_err *err)
         return ac_err_prefix(err, "resume");
     if (t->state.seed != t->cfg.training.seed)
         return ac_err_set(err, "resume: %s/trainer_state.json: seed differs from config.json",
+                          t->ckpt_dir);
+    const ac_train_config *tc = &t->cfg.training;
+    if (tc->epochs == AC_AUTO || tc->ema == AC_AUTO)
+        return ac_err_set(err, "resume: %s/config.json: a training setting is \"auto\" (a run "
+                               "records the values it chose)",
                           t->ckpt_dir);
     t->ckpt_step = trainer_global_step(t);
     return 0;

@@ -1,0 +1,306 @@
+/* The training settings left to the data ("auto"): the rules of
+ * ac_train_adapt, how config.json spells "auto", and the command line on a
+ * short synthetic CSV (the chosen values printed and recorded, an explicit
+ * option or preset value winning). */
+#include <check.h>
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "attnctl/io.h"
+#include "attnctl/train.h"
+
+#include "test_util.h"
+
+static void all_auto(ac_train_config *tc)
+{
+    ac_config c;
+    ac_config_defaults(&c);
+    *tc = c.training;
+    ac_config_free(&c);
+    ck_assert_int_eq(tc->epochs, AC_AUTO);
+    ck_assert(tc->ema == AC_AUTO);
+    ck_assert(tc->crop_frac == 0.5); /* not left to the data */
+}
+
+START_TEST(test_short_texts)
+{
+    ac_train_config tc;
+    all_auto(&tc);
+    ac_adapt_data d = {.median_tokens = 14, .labelled = 1};
+    char said[256];
+    ac_train_adapt(&tc, &d, said, sizeof said);
+    ck_assert_int_eq(tc.epochs, 8);
+    ck_assert(tc.ema == 0.99f);
+    ck_assert(tc.crop_frac == 0.5);
+    ck_assert_str_eq(said, "8 epochs, weight average decay 0.99 (median text 14 tokens, below "
+                           "--crop-max 64)");
+}
+END_TEST
+
+/* Texts as long as the crops (IMDB) keep the recipe's values exactly. */
+START_TEST(test_long_texts_keep_the_recipe)
+{
+    static const int64_t medians[] = {64, 65, 230, 1024};
+    for (size_t k = 0; k < sizeof medians / sizeof medians[0]; k++) {
+        ac_train_config tc;
+        all_auto(&tc);
+        ac_adapt_data d = {.median_tokens = medians[k], .labelled = 1};
+        char said[256];
+        ac_train_adapt(&tc, &d, said, sizeof said);
+        ck_assert_int_eq(tc.epochs, 4);
+        ck_assert(tc.ema == 0.999f);
+        ck_assert_msg(strstr(said, "4 epochs, weight average decay 0.999 (median text") &&
+                          strstr(said, "tokens, at least --crop-max 64)"),
+                      "%s", said);
+    }
+    /* The threshold is --crop-max: crops of at most 16 tokens suit 20-token texts. */
+    ac_train_config tc;
+    all_auto(&tc);
+    tc.crop_max = 16;
+    ac_adapt_data d = {.median_tokens = 20, .labelled = 1};
+    char said[256];
+    ac_train_adapt(&tc, &d, said, sizeof said);
+    ck_assert_int_eq(tc.epochs, 4);
+    ck_assert(tc.ema == 0.999f);
+    /* one token short of it: short */
+    all_auto(&tc);
+    d.median_tokens = 63;
+    ac_train_adapt(&tc, &d, said, sizeof said);
+    ck_assert_int_eq(tc.epochs, 8);
+    ck_assert(tc.ema == 0.99f);
+}
+END_TEST
+
+START_TEST(test_explicit_values_win)
+{
+    ac_train_config tc;
+    all_auto(&tc);
+    tc.epochs = 3;
+    ac_adapt_data d = {.median_tokens = 11, .labelled = 1};
+    char said[256];
+    ac_train_adapt(&tc, &d, said, sizeof said);
+    ck_assert_int_eq(tc.epochs, 3);
+    ck_assert(tc.ema == 0.99f);
+    /* only what was chosen */
+    ck_assert_str_eq(said,
+                     "weight average decay 0.99 (median text 11 tokens, below --crop-max 64)");
+
+    tc.ema = 0.0f; /* off, given */
+    ac_train_adapt(&tc, &d, said, sizeof said);
+    ck_assert(tc.ema == 0.0f);
+    ck_assert_str_eq(said, "");
+}
+END_TEST
+
+START_TEST(test_pretraining_takes_the_fixed_values)
+{
+    ac_train_config tc;
+    all_auto(&tc);
+    ac_adapt_data d = {.median_tokens = 11, .labelled = 0};
+    char said[256];
+    ac_train_adapt(&tc, &d, said, sizeof said);
+    ck_assert_int_eq(tc.epochs, 4);
+    ck_assert(tc.ema == 0.0f);
+    ck_assert_str_eq(said, "");
+}
+END_TEST
+
+/* "auto" in config.json: read as AC_AUTO, written back as "auto", refused
+ * where a key does not allow it (naming the key and what it takes). */
+START_TEST(test_config_auto)
+{
+    ac_err err;
+    ac_config c;
+    ac_config_defaults(&c);
+    const char *json = "{\"training\": {\"epochs\": 6, \"ema\": \"auto\"}}";
+    ck_assert_msg(ac_config_parse(&c, json, strlen(json), "p.json", 0, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(c.training.epochs, 6);
+    ck_assert(c.training.ema == AC_AUTO);
+    char *out = ac_config_to_json(&c);
+    ck_assert_ptr_nonnull(strstr(out, "\"ema\": \"auto\""));
+    ck_assert_ptr_nonnull(strstr(out, "\"epochs\": 6"));
+    free(out);
+    ac_config_free(&c);
+
+    ac_config_defaults(&c);
+    const char *bad = "{\"training\": {\"crop_frac\": \"auto\"}}";
+    ck_assert_int_ne(ac_config_parse(&c, bad, strlen(bad), "p.json", 0, &err), 0);
+    ck_assert_msg(strstr(err.msg, "p.json") && strstr(err.msg, "training.crop_frac"), "%s",
+                  err.msg);
+    ck_assert_msg(!strstr(err.msg, "or \"auto\""), "%s", err.msg);
+    ac_config_free(&c);
+    ac_config_defaults(&c);
+    const char *worse = "{\"training\": {\"epochs\": \"many\"}}";
+    ck_assert_int_ne(ac_config_parse(&c, worse, strlen(worse), "p.json", 0, &err), 0);
+    ck_assert_msg(strstr(err.msg, "training.epochs") && strstr(err.msg, "or \"auto\""), "%s",
+                  err.msg);
+    ac_config_free(&c);
+}
+END_TEST
+
+/* ------------------------------------------------------- command line */
+
+static int run_capture(const char *cmd, char **err_text)
+{
+    char path[] = "/tmp/attnctl_test_adapt_err_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    char *full = NULL;
+    ck_assert_int_ge(asprintf(&full, "%s 2>%s >/dev/null", cmd, path), 0);
+    int st = system(full);
+    free(full);
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    char *text = calloc(1, 1 << 16);
+    size_t n = fread(text, 1, (1 << 16) - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    remove(path);
+    *err_text = text;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static cJSON *training_of(const char *dir)
+{
+    char *path = NULL;
+    ck_assert_int_ge(asprintf(&path, "%s/config.json", dir), 0);
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "%s", path);
+    char *text = calloc(1, 1 << 16);
+    size_t n = fread(text, 1, (1 << 16) - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    free(path);
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    ck_assert_ptr_nonnull(root);
+    return root;
+}
+
+static double training_number(cJSON *root, const char *key)
+{
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "training"),
+                                                key);
+    ck_assert_msg(cJSON_IsNumber(v), "training.%s is not a number", key);
+    return v->valuedouble;
+}
+
+/* 80 rows of 3-6 words: the short texts the rules are for. */
+static void write_short_csv(const char *path)
+{
+    static const char *const good[] = {"great fun", "loved it a lot", "really good stuff",
+                                       "wonderful and warm", "best in years"};
+    static const char *const bad[] = {"awful mess", "hated every minute", "really bad stuff",
+                                      "dull and cold", "worst in years"};
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "text,label\n");
+    for (int k = 0; k < 40; k++) {
+        fprintf(f, "%s number %d,pos\n", good[k % 5], k);
+        fprintf(f, "%s number %d,neg\n", bad[k % 5], k);
+    }
+    fclose(f);
+}
+
+START_TEST(test_cli_short_csv)
+{
+    const char *bin = attnctl_path();
+    if (access(bin, X_OK) != 0) {
+        printf("SKIP test_cli_short_csv: no attnctl binary\n");
+        return;
+    }
+    char dir[] = "/tmp/attnctl_test_adapt_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char csv[512], preset[512], out[512], *cmd = NULL, *err = NULL;
+    snprintf(csv, sizeof csv, "%s/short.csv", dir);
+    write_short_csv(csv);
+    const char *shape = "--d-model 16 --heads 2 --ff 32 --batch-size 8 --members 1 --threads 1 "
+                        "--wide-buckets 1024";
+
+    /* Nothing given: both from the data, printed and recorded. */
+    snprintf(out, sizeof out, "%s/auto", dir);
+    ck_assert_int_ge(asprintf(&cmd, "%s train %s --out %s %s", bin, csv, out, shape), 0);
+    ck_assert_msg(run_capture(cmd, &err) == 0, "%s", err);
+    ck_assert_msg(strstr(err, "attnctl: adapted to the data: 8 epochs, weight average decay 0.99 "
+                              "(median text 5 tokens, below --crop-max 64)\n"),
+                  "%s", err);
+    cJSON *root = training_of(out);
+    ck_assert(training_number(root, "crop_frac") == 0.5);
+    ck_assert(training_number(root, "epochs") == 8.0);
+    ck_assert(training_number(root, "ema") == 0.99);
+    cJSON_Delete(root);
+    free(cmd);
+    free(err);
+
+    /* Options win; what is left still adapts. */
+    snprintf(out, sizeof out, "%s/given", dir);
+    ck_assert_int_ge(asprintf(&cmd, "%s train %s --out %s %s --epochs 2", bin, csv, out, shape),
+                     0);
+    ck_assert_msg(run_capture(cmd, &err) == 0, "%s", err);
+    ck_assert_msg(strstr(err, "attnctl: adapted to the data: weight average decay 0.99 (median "
+                              "text 5 tokens, below --crop-max 64)\n"),
+                  "%s", err);
+    root = training_of(out);
+    ck_assert(training_number(root, "epochs") == 2.0);
+    ck_assert(training_number(root, "ema") == 0.99);
+    cJSON_Delete(root);
+    free(cmd);
+    free(err);
+
+    /* A preset's values win too; "auto" in a preset is the default's. */
+    snprintf(preset, sizeof preset, "%s/preset.json", dir);
+    FILE *f = fopen(preset, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "{\"training\": {\"epochs\": \"auto\", \"ema\": 0}}\n");
+    fclose(f);
+    snprintf(out, sizeof out, "%s/preset", dir);
+    ck_assert_int_ge(asprintf(&cmd, "%s train %s --out %s %s --config %s", bin, csv, out, shape,
+                              preset),
+                     0);
+    ck_assert_msg(run_capture(cmd, &err) == 0, "%s", err);
+    ck_assert_msg(strstr(err, "attnctl: adapted to the data: 8 epochs (median text 5 tokens, "
+                              "below --crop-max 64)\n"),
+                  "%s", err);
+    root = training_of(out);
+    ck_assert(training_number(root, "epochs") == 8.0);
+    ck_assert(training_number(root, "ema") == 0.0);
+    cJSON_Delete(root);
+    free(cmd);
+    free(err);
+
+    /* Nothing left to the data: no line. */
+    snprintf(out, sizeof out, "%s/none", dir);
+    ck_assert_int_ge(asprintf(&cmd, "%s train %s --out %s %s --epochs 1 --ema 0", bin,
+                              csv, out, shape),
+                     0);
+    ck_assert_msg(run_capture(cmd, &err) == 0, "%s", err);
+    ck_assert_msg(!strstr(err, "adapted to the data"), "%s", err);
+    free(cmd);
+    free(err);
+    rm_rf(dir);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("adapt");
+    TCase *tc = tcase_create("adapt");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_short_texts);
+    tcase_add_test(tc, test_long_texts_keep_the_recipe);
+    tcase_add_test(tc, test_explicit_values_win);
+    tcase_add_test(tc, test_pretraining_takes_the_fixed_values);
+    tcase_add_test(tc, test_config_auto);
+    tcase_add_test(tc, test_cli_short_csv);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failures = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failures != 0;
+}
