@@ -417,6 +417,37 @@ START_TEST(test_attention_int8)
 }
 END_TEST
 
+/* A query or key row that is not finite (a diverged or corrupt model) makes
+ * its item's outputs NaN and leaves the other items as they were; no NaN
+ * reaches an integer conversion (UBSan in `make asan` and the fuzz target
+ * catch one). Heads of 16 (the vector path) and of 8 (the plain path). */
+START_TEST(test_attention_int8_not_finite)
+{
+    enum { B = 2, T = 9 };
+    const int32_t lengths[B] = {T, 6};
+    for (int hd = 8; hd <= 16; hd += 8) {
+        const int H = 2, D = H * hd;
+        float *qkv = malloc(sizeof(float) * B * T * 3 * D);
+        for (int i = 0; i < B * T * 3 * D; i++)
+            qkv[i] = ac_rng_normal(7, (uint64_t)i);
+        const size_t n_out = (size_t)B * T * D;
+        float *clean = malloc(sizeof(float) * n_out), *out = malloc(sizeof(float) * n_out);
+        attention_int8_run(clean, NULL, qkv, lengths, B, T, D, H, 0, 1);
+        qkv[(size_t)2 * 3 * D + 1] = NAN;          /* item 0, query of position 2, head 0 */
+        qkv[(size_t)4 * 3 * D + D + 3] = INFINITY; /* item 0, key of position 4, head 0 */
+        for (int vnni = 0; vnni <= ac_qkernel_available(AC_QKERNEL_VNNI); vnni++) {
+            attention_int8_run(out, NULL, qkv, lengths, B, T, D, H, vnni, 1);
+            ck_assert(isnan(out[(size_t)2 * D]));
+            ck_assert_int_eq(memcmp(out + (size_t)T * D, clean + (size_t)T * D,
+                                    sizeof(float) * (size_t)T * D), 0);
+        }
+        free(qkv);
+        free(clean);
+        free(out);
+    }
+}
+END_TEST
+
 /* --------------------------------------------------- a trained model, quantized */
 
 START_TEST(test_agrees_with_fp32)
@@ -721,6 +752,7 @@ static Suite *quant_suite(void)
     TCase *tc = tcase_create("quant");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_rows_round_trip);
+    tcase_add_test(tc, test_attention_int8_not_finite);
     tcase_add_test(tc, test_select_rows);
     tcase_add_test(tc, test_sparse_two_classes);
     tcase_add_test(tc, test_sparse_three_classes);

@@ -277,8 +277,13 @@ static void quantize_head_rows(uint8_t *dst, float *scales, const float *x, size
             for (int i = 0; i < VF_LANES; i++)
                 finite &= !bad[i];
             const float max = vf_hmax(a);
-            scales[t] = finite ? max / 127.0f : NAN;
-            const float inv = finite && max > 0.0f ? 127.0f / max : 0.0f;
+            if (!finite) { /* NaN scale; no NaN or infinity reaches the conversion */
+                scales[t] = NAN;
+                memset(dst + (size_t)t * hd4, shift, (size_t)hd4);
+                continue;
+            }
+            scales[t] = max / 127.0f;
+            const float inv = max > 0.0f ? 127.0f / max : 0.0f;
             vf16 v = (xv * inv + magic) - magic;
             v = vf_min(vf_max(v, vf_splat(-127.0f)), vf_splat(127.0f));
             vi16 qi = __builtin_convertvector(v, vi16) + shift;
@@ -297,9 +302,14 @@ static void quantize_head_rows(uint8_t *dst, float *scales, const float *x, size
             max = a > max ? a : max;
             finite &= a <= 3.4e38f;
         }
-        scales[t] = finite ? max / 127.0f : NAN;
-        const float inv = finite && max > 0.0f ? 127.0f / max : 0.0f;
         uint8_t *o = dst + (size_t)t * hd4;
+        if (!finite) { /* NaN scale; no NaN or infinity reaches the conversion */
+            scales[t] = NAN;
+            memset(o, shift, (size_t)hd4);
+            continue;
+        }
+        scales[t] = max / 127.0f;
+        const float inv = max > 0.0f ? 127.0f / max : 0.0f;
         for (int i = 0; i < hd4; i++) {
             float v = i < hd ? (row[i] * inv + magic) - magic : 0.0f;
             v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
