@@ -1953,6 +1953,20 @@ START_TEST(test_err_prefix_ends_the_message)
 }
 END_TEST
 
+/* A message quoting a name from a file stays one line. Regression: a
+ * safetensors dtype or a config.json key holding a newline was quoted as it
+ * was, and the error spanned two lines (found by fuzz_quantized). */
+START_TEST(test_err_is_one_line)
+{
+    ac_err err;
+    ac_err_set(&err, "tensor \"%s\": unknown dtype \"%s\"", "a\nb", "\001\n2\r\t");
+    ck_assert_str_eq(err.msg, "tensor \"a?b\": unknown dtype \"??2??\"");
+    ac_err_prefix(&err, "file\n%s", "x");
+    ck_assert_ptr_null(strchr(err.msg, '\n'));
+    ck_assert(strncmp(err.msg, "file?x: tensor", 14) == 0);
+}
+END_TEST
+
 static Suite *io_suite(void)
 {
     Suite *s = suite_create("io");
@@ -1996,6 +2010,7 @@ static Suite *io_suite(void)
 
     TCase *tf = tcase_create("files");
     tcase_add_test(tf, test_err_prefix_ends_the_message);
+    tcase_add_test(tf, test_err_is_one_line);
     tcase_add_test(tf, test_write_file_atomic);
     tcase_add_test(tf, test_remove_stale_temps);
     tcase_add_test(tf, test_sha256);

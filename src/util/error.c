@@ -4,6 +4,15 @@
 #include <stdio.h>
 #include <string.h>
 
+/* A message is one line whatever it quotes (a JSON key or dtype from a file
+ * may hold a newline): control characters read as '?'. */
+static void one_line(char *msg)
+{
+    for (unsigned char *p = (unsigned char *)msg; *p; p++)
+        if (*p < 0x20 || *p == 0x7f)
+            *p = '?';
+}
+
 int ac_err_set(ac_err *err, const char *fmt, ...)
 {
     if (!err)
@@ -12,6 +21,7 @@ int ac_err_set(ac_err *err, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(err->msg, sizeof err->msg, fmt, ap);
     va_end(ap);
+    one_line(err->msg);
     return -1;
 }
 
@@ -33,5 +43,6 @@ int ac_err_prefix(ac_err *err, const char *fmt, ...)
         err->msg[(size_t)n + kept] = 0;
     }
     err->msg[sizeof err->msg - 1] = 0;
+    one_line(err->msg);
     return -1;
 }
