@@ -214,7 +214,7 @@ int ac_atomic_write(ac_atomic_file *f, const void *data, size_t len, ac_err *err
 int ac_atomic_finish(ac_atomic_file *f, ac_err *err);  /* fsync + close; the temp file stays */
 int ac_atomic_publish(ac_atomic_file *f, ac_err *err); /* rename the temp file over path */
 int ac_atomic_commit(ac_atomic_file *f, ac_err *err);  /* finish + publish + fsync dir; frees */
-void ac_atomic_abort(ac_atomic_file *f);               /* closes, removes the temp file, frees */
+void ac_atomic_abort(ac_atomic_file *f);               /* closes, removes the temp file if not yet published, frees */
 /* Removes the temp files of atomic writes in dir whose writer is gone
  * (NAME.tmp.PID.N with no process PID): what a writer killed mid-save left
  * (e.g. SIGKILL from mpirun). Best effort; the number removed. */

@@ -579,12 +579,8 @@ static int model_dir_save(const char *dir, const ac_config *cfg, const ac_vocab 
     rc = 0;
 done:
     for (int i = 0; i < N_FILES; i++) {
-        if (begun[i]) {
-            if (files[i].tmp_path)
-                ac_atomic_abort(&files[i]);
-            else
-                ac_atomic_release(&files[i]);
-        }
+        if (begun[i]) /* removes a temp file not yet published */
+            ac_atomic_abort(&files[i]);
         free(paths[i]);
     }
     if (names)

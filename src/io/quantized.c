@@ -683,12 +683,8 @@ int ac_quantize_model_dir(const char *src, const char *dst, int wide_rows, int w
     rc = 0;
 done:
     for (int i = 0; i < N_FILES; i++) {
-        if (begun[i]) {
-            if (files[i].tmp_path)
-                ac_atomic_abort(&files[i]);
-            else
-                ac_atomic_release(&files[i]);
-        }
+        if (begun[i]) /* removes a temp file not yet published */
+            ac_atomic_abort(&files[i]);
         free(paths[i]);
     }
     free(vocab_src);
