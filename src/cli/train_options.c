@@ -153,8 +153,6 @@ static const option_spec OPTIONS[] = {
         AT(model.wide_buckets), TRAIN_ONLY),
     REAL("wide-norm", OPT_WIDE_NORM, 0, 1, 0, "a number from 0 to 1", TO_FLOAT,
          AT(model.wide_norm), TRAIN_ONLY),
-    /* training.wide_nb, the naive Bayes start of the wide path: off by default
-     * and not in --help or attnctl.1 while it is being measured */
     REAL("wide-nb", OPT_WIDE_NB, 0, 100, 0, "a number from 0 to 100", TO_FLOAT,
          AT(training.wide_nb), TRAIN_ONLY),
     REAL("crop", OPT_CROP, 0, 1, 0, "a number from 0 to 1", TO_DOUBLE, AT(training.crop_frac),
@@ -262,9 +260,19 @@ void cli_print_training_options(cli_training_kind kind)
                "                         mean of their weights (the best member instead if\n"
                "                         the mean reads below every member on validation):\n"
                "                         a model of the usual size, N times the training;\n"
-               "                         1 = one model [%d]\n",
+               "                         1 = one model [auto]\n"
+               "                         auto: %d, or %d when the median training text is\n"
+               "                         shorter than --crop-max tokens\n"
+               "      --wide-nb X        start the wide path at X/2 times each class's naive\n"
+               "                         Bayes log-count ratio from the training rows\n"
+               "                         (Wang & Manning 2012) instead of zeros; 0 = zeros\n"
+               "                         [auto]\n"
+               "                         auto: %g, or %g when the median training text is\n"
+               "                         shorter than --crop-max tokens\n",
                t->val_split, t->eval_every, t->patience, t->crop_frac, t->crop_min, t->crop_max,
-               (double)t->label_smoothing, (double)t->token_dropout, t->members);
+               (double)t->label_smoothing, (double)t->token_dropout, AC_ADAPT_LONG_MEMBERS,
+               AC_ADAPT_SHORT_MEMBERS, (double)AC_ADAPT_LONG_WIDE_NB,
+               (double)AC_ADAPT_SHORT_WIDE_NB);
     printf("      --ema X            evaluate and save a moving average of the weights with\n"
            "                         decay X per step; 0 = the weights themselves [%s]\n"
            "%s"
@@ -288,17 +296,24 @@ void cli_print_model_options(cli_training_kind kind)
 {
     ac_config d;
     ac_config_defaults(&d);
-    char wide_help[700] = "";
+    char wide_help[900] = "", min_count_auto[160];
+    snprintf(min_count_auto, sizeof min_count_auto,
+             "                         auto: %d, or %d when the median training text is\n"
+             "                         shorter than --crop-max tokens\n",
+             AC_ADAPT_LONG_MIN_COUNT, AC_ADAPT_SHORT_MIN_COUNT);
     if (kind != CLI_PRETRAIN)
         snprintf(wide_help, sizeof wide_help,
                  "      --wide N           the wide path: a weight per class for each distinct\n"
                  "                         hashed word n-gram up to length N, added to the\n"
-                 "                         logits; 0: none [%d]\n"
+                 "                         logits; 0: none [auto]\n"
+                 "                         auto: %d, or %d when the median training text is\n"
+                 "                         shorter than --crop-max tokens\n"
                  "      --wide-buckets N   rows of the wide path's hashed table [%d]\n"
                  "      --wide-norm X      the wide path's sum times (%d / max(n, %d))^X for a\n"
                  "                         text of n distinct n-grams, so that short texts count;\n"
                  "                         0: the plain sum [%g]\n",
-                 d.model.wide_order, d.model.wide_buckets, AC_WIDE_NORM_REF, AC_WIDE_NORM_FLOOR,
+                 AC_ADAPT_LONG_WIDE_ORDER, AC_ADAPT_SHORT_WIDE_ORDER, d.model.wide_buckets,
+                 AC_WIDE_NORM_REF, AC_WIDE_NORM_FLOOR,
                  (double)d.model.wide_norm);
     printf("Model and tokenizer:\n"
            "      --layers N         encoder layers [%d]\n"
@@ -314,7 +329,8 @@ void cli_print_model_options(cli_training_kind kind)
            "      --max-len N        tokens per %s, longer ones are truncated [%d]\n"
            "      --truncation NAME  head, tail or head+tail: which tokens a long %s keeps [%s]\n"
            "      --vocab-size N     vocabulary size including <pad>, <unk> (and <cls>%s) [%d]\n"
-           "      --min-count N      minimum count of a vocabulary token [%lld]\n"
+           "      --min-count N      minimum count of a vocabulary token [%s]\n"
+           "%s"
            "\n",
            d.model.n_layers, d.model.d_model, d.model.n_heads, d.model.d_ff,
            (double)d.model.dropout,
@@ -328,7 +344,8 @@ void cli_print_model_options(cli_training_kind kind)
            kind == CLI_PRETRAIN ? "text" : "review",
            d.model.max_len, kind == CLI_PRETRAIN ? "text" : "review",
            ac_truncation_name(d.tokenizer.truncation), kind == CLI_PRETRAIN ? ", <mask>" : "",
-           d.training.vocab_max, (long long)d.training.min_count);
+           d.training.vocab_max, kind == CLI_PRETRAIN ? STR(AC_ADAPT_LONG_MIN_COUNT) : "auto",
+           kind == CLI_PRETRAIN ? "" : min_count_auto);
     ac_config_free(&d);
 }
 

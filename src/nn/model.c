@@ -149,7 +149,8 @@ int ac_model_config_validate(const ac_model_config *cfg, ac_err *err)
     if (check_range("ngram_order", cfg->ngram_order, 0, 3, err) ||
         check_range("ngram_buckets", cfg->ngram_buckets, 0, MAX_NGRAM_BUCKETS, err))
         return -1;
-    if (check_range("wide_order", cfg->wide_order, 0, 3, err) ||
+    if ((cfg->wide_order != AC_WIDE_ORDER_AUTO &&
+         check_range("wide_order", cfg->wide_order, 0, 3, err)) ||
         check_range("wide_buckets", cfg->wide_buckets, 0, MAX_NGRAM_BUCKETS, err))
         return -1;
     if (!(cfg->wide_norm >= 0.0f && cfg->wide_norm <= 1.0f))
@@ -282,6 +283,9 @@ int ac_model_create(ac_model *m, const ac_model_config *cfg, ac_err *err)
     memset(m, 0, sizeof *m);
     if (ac_model_config_validate(cfg, err))
         return -1;
+    if (cfg->wide_order == AC_WIDE_ORDER_AUTO)
+        return ac_err_set(err, "model.wide_order: \"auto\" is chosen by training; a model needs "
+                               "a number from 0 to 3");
     m->cfg = *cfg;
     int max_tensors = 5 + 13 * cfg->n_layers + 3;
     m->table = calloc((size_t)max_tensors, sizeof *m->table);
