@@ -769,7 +769,7 @@ static float classifier_head_forward(ac_model *m, const int32_t *lengths, const 
     if (m->p.wide_w && m->last_ids) {
         wide_buckets_compute(a->wide_ids, a->wide_counts, m->last_ids, lengths, B, T,
                              c->wide_order, c->wide_buckets);
-        if (m->quant && m->quant->wide.ids)
+        if (m->quant && m->quant->wide.present)
             ac_wide_sparse_forward(a->logits, &m->quant->wide, a->wide_ids, a->wide_counts, B, T,
                                    c->wide_order, c->wide_norm);
         else
