@@ -252,7 +252,13 @@ static int check_presence(const uint8_t *present, const int32_t *rank, int n_buc
     for (int k = 0; k < n_blocks; k++) {
         const size_t from = (size_t)k * block_bytes;
         const size_t to = from + block_bytes < bytes ? from + block_bytes : bytes;
-        for (size_t i = from; i < to; i++)
+        size_t i = from;
+        for (; i + 8 <= to; i += 8) { /* a word at a time: a cold start reads the whole bitmap */
+            uint64_t w;
+            memcpy(&w, present + i, sizeof w);
+            count += __builtin_popcountll(w);
+        }
+        for (; i < to; i++)
             count += __builtin_popcount(present[i]);
         if (rank[k + 1] != count)
             return ac_err_set(err,
