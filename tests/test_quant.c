@@ -765,6 +765,50 @@ static size_t data_offset(const char *path, const char *name)
     return at;
 }
 
+/* A model with a weight that is not finite is refused, naming the tensor,
+ * and nothing is written; the quantized model's forward needs no OpenBLAS,
+ * the FP32 one's does. */
+START_TEST(test_non_finite_refused)
+{
+    char *fp32 = trained_dir(), *tmp = make_temp_dir(), *bad = join(tmp, "bad"),
+         *q = join(tmp, "q");
+    ck_assert_int_eq(mkdir(bad, 0755), 0);
+    const char *const files[] = {"config.json", "vocab.txt", "model.safetensors"};
+    for (int i = 0; i < 3; i++) {
+        char *from = join(fp32, files[i]), *to = join(bad, files[i]);
+        size_t len;
+        unsigned char *data = slurp(from, &len);
+        if (i == 2) {
+            const float inf = INFINITY;
+            memcpy(data + data_offset(from, "head.bias") + 4, &inf, 4);
+        }
+        spit(to, data, len);
+        free(data);
+        free(from);
+        free(to);
+    }
+    ac_err err = {{0}};
+    int kept;
+    ck_assert_int_ne(ac_quantize_model_dir(bad, q, 100, 16, 5, NULL, &kept, &err), 0);
+    ck_assert_msg(strstr(err.msg, "\"head.bias\"") && strstr(err.msg, "not finite"), "%s",
+                  err.msg);
+    struct stat sb;
+    ck_assert_int_ne(stat(q, &sb), 0); /* nothing written: q not even created */
+
+    quantize_ok(fp32, q, 1000);
+    ac_model_dir a, b;
+    ck_assert_msg(ac_model_dir_load_inference(&a, fp32, &err) == 0, "%s", err.msg);
+    ck_assert_msg(ac_model_dir_load_inference(&b, q, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(ac_model_inference_needs_blas(&a.model), 1);
+    ck_assert_int_eq(ac_model_inference_needs_blas(&b.model), 0);
+    ac_model_dir_free(&a);
+    ac_model_dir_free(&b);
+    free(bad);
+    free(q);
+    remove_dir(tmp);
+}
+END_TEST
+
 START_TEST(test_corrupt_files)
 {
     char *fp32 = trained_dir(), *tmp = make_temp_dir(), *q = join(tmp, "q");
@@ -904,6 +948,7 @@ static Suite *quant_suite(void)
     tcase_add_test(tc, test_round_trip);
     tcase_add_test(tc, test_attribution_sees_all_weights);
     tcase_add_test(tc, test_corrupt_files);
+    tcase_add_test(tc, test_non_finite_refused);
     suite_add_tcase(s, tc);
     return s;
 }
