@@ -247,6 +247,11 @@ void ac_model_quant_embed_rows(ac_model *m, const int32_t *ids, size_t n);
  * parameters directly (explanations, fine-tuning) sees the quantized
  * model's values. Forwards keep using the sparse wide table. */
 void ac_model_quant_materialize(ac_model *m);
+/* Whether a forward of m at inference calls OpenBLAS (attnctl/blas.h): an
+ * F32 model does; a quantized classifier whose encoder layers all run in
+ * int8 does not (its classifier is a plain loop), so a one-review predict
+ * skips loading it. */
+int ac_model_inference_needs_blas(const ac_model *m);
 
 /* Index of a tensor by name, or -1. */
 int ac_model_find_tensor(const ac_model *m, const char *name);
