@@ -1124,6 +1124,75 @@ START_TEST(test_train_fixture)
 }
 END_TEST
 
+/* Topic-like rows of C classes: a word of the class among shared noise
+ * words; a third of the rows carry another class's word instead, so that
+ * some are confused. */
+static void write_classes_csv(const char *path, int C, int rows)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "text,label\n");
+    uint64_t x = 12345;
+    for (int i = 0; i < rows; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        int c = (int)((x >> 33) % (uint64_t)C), noisy = (int)((x >> 20) % 3) == 0;
+        int word = noisy ? (int)((x >> 40) % (uint64_t)C) : c;
+        fprintf(f, "w%d_a n%d n%d,class %03d\n", word, (int)((x >> 8) % 40), (int)((x >> 14) % 40),
+                c);
+    }
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+/* eval's confusion matrix stays readable in a terminal with many classes:
+ * numbered columns for 30, the most frequent confusions for 100; never a
+ * line wider than about 120 characters. */
+START_TEST(test_eval_many_classes)
+{
+    static const int counts[] = {30, 100};
+    for (int k = 0; k < 2; k++) {
+        char csv[512], out[512], nc[16];
+        snprintf(nc, sizeof nc, "c%d", counts[k]);
+        work_path(csv, sizeof csv, nc);
+        strcat(csv, ".csv");
+        work_path(out, sizeof out, nc);
+        write_classes_csv(csv, counts[k], 2000);
+        rm_rf(out);
+        const char *train[] = {"train", csv, "--out", out, "--d-model", "16", "--heads", "2",
+                               "--ff", "32", "--epochs", "2", "--wide-buckets", "4096",
+                               "--threads", "1", "--quiet", NULL};
+        result t = run(train);
+        ck_assert_msg(t.status == 0, "status %d: %s", t.status, t.err);
+        result_free(&t);
+        const char *eval[] = {"eval", "--model", out, csv, NULL};
+        result r = run(eval);
+        ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
+        char *lines[4096];
+        int n = split_lines(r.out, lines, 4096);
+        int grid = 0, listed = 0, heading = 0;
+        for (int i = 0; i < n; i++) {
+            ck_assert_msg(strlen(lines[i]) <= 125, "%d classes: a line of %zu characters: %s",
+                          counts[k], strlen(lines[i]), lines[i]);
+            if (strstr(lines[i], "classes numbered"))
+                heading = 1;
+            if (strstr(lines[i], "most frequent confusions (100 classes"))
+                heading = 2;
+            if (heading == 1 && strstr(lines[i], "  class 0"))
+                grid++;
+            if (heading == 2 && strstr(lines[i], " true class ") &&
+                strstr(lines[i], ", predicted class "))
+                listed++;
+        }
+        if (counts[k] == 30)
+            ck_assert_msg(heading == 1 && grid == 30, "30 classes: %d grid rows\n%s", grid,
+                          r.out);
+        else
+            ck_assert_msg(heading == 2 && listed >= 1 && listed <= 20,
+                          "100 classes: %d confusions listed\n%s", listed, r.out);
+        result_free(&r);
+    }
+}
+END_TEST
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -1141,6 +1210,7 @@ int main(void)
     tcase_add_test(tc, test_bench_text_only);
     tcase_add_test(tc, test_format_reader_matches_every_preset);
     tcase_add_test(tc, test_train_fixture);
+    tcase_add_test(tc, test_eval_many_classes);
     {
         tcase_add_test(tc, test_eval_table);
         tcase_add_test(tc, test_eval_json);

@@ -244,6 +244,88 @@ static int max_label_width(char *const *labels, int C, int at_least)
     return w;
 }
 
+static int digits(long long x)
+{
+    int d = 1;
+    while (x >= 10) {
+        x /= 10;
+        d++;
+    }
+    return d;
+}
+
+/* Wider than this a table no longer reads in a terminal. */
+#define TABLE_COLUMNS 100
+/* At most this many confusions listed when no grid fits. */
+#define LISTED_CONFUSIONS 20
+
+/* The confusion matrix in a terminal's width: columns named by their
+ * labels when they fit; else numbered, each row's number and label naming
+ * the class (30 classes fit); else, with too many classes for any grid,
+ * the most frequent confusions. --json always holds the whole matrix. */
+static void print_confusion(ac_metrics *m, char *const *labels, int C, int w)
+{
+    const int cw = max_label_width(labels, C, 8);
+    if (w + C * (cw + 2) <= TABLE_COLUMNS) {
+        printf("\nconfusion matrix (rows = true, columns = predicted)\n%-*s", w, "");
+        for (int j = 0; j < C; j++)
+            printf("  %*s", cw, labels[j]);
+        putchar('\n');
+        for (int c = 0; c < C; c++) {
+            printf("%-*s", w, labels[c]);
+            for (int j = 0; j < C; j++)
+                printf("  %*lld", cw, (long long)ac_metrics_confusion(m, c, j));
+            putchar('\n');
+        }
+        return;
+    }
+    long long most = 0;
+    for (int c = 0; c < C; c++)
+        for (int j = 0; j < C; j++)
+            if ((long long)ac_metrics_confusion(m, c, j) > most)
+                most = (long long)ac_metrics_confusion(m, c, j);
+    const int iw = digits(C), cell = digits(most) > iw ? digits(most) : iw;
+    if (iw + C * (cell + 1) <= TABLE_COLUMNS + 20) {
+        printf("\nconfusion matrix (rows = true, columns = predicted; classes numbered)\n%*s", iw,
+               "");
+        for (int j = 0; j < C; j++)
+            printf(" %*d", cell, j + 1);
+        putchar('\n');
+        for (int c = 0; c < C; c++) {
+            printf("%*d", iw, c + 1);
+            for (int j = 0; j < C; j++)
+                printf(" %*lld", cell, (long long)ac_metrics_confusion(m, c, j));
+            printf("  %s\n", labels[c]);
+        }
+        return;
+    }
+    /* The largest off-diagonal cells, largest first (ties: by true, then
+     * predicted class), by repeated selection: at most 20 passes. */
+    printf("\nmost frequent confusions (%d classes: the whole matrix is in --json)\n", C);
+    long long below = -1; /* the count and cell listed last */
+    int last_c = -1, last_j = -1, listed = 0;
+    for (; listed < LISTED_CONFUSIONS; listed++) {
+        long long best = 0;
+        int bc = -1, bj = -1;
+        for (int c = 0; c < C; c++)
+            for (int j = 0; j < C; j++) {
+                long long n = (long long)ac_metrics_confusion(m, c, j);
+                if (c == j || n == 0)
+                    continue;
+                int after_last = below < 0 || n < below ||
+                                 (n == below && (c > last_c || (c == last_c && j > last_j)));
+                if (after_last && (n > best || (n == best && bc < 0)))
+                    best = n, bc = c, bj = j;
+            }
+        if (bc < 0)
+            break;
+        printf("  %*lld  true %s, predicted %s\n", digits(most), best, labels[bc], labels[bj]);
+        below = best, last_c = bc, last_j = bj;
+    }
+    if (listed == 0)
+        printf("  none: every row was predicted as its class\n");
+}
+
 /* "NAME       0.1234", or n/a when the figure is undefined. */
 static void print_figure_or_na(const char *name, double x)
 {
@@ -285,17 +367,7 @@ static void print_table(const eval_options *o, const cli_infer *s, ac_metrics *m
     printf("%-*s  %9s  %6s  %6.4f  %7lld\n", w, "macro avg", "", "", ac_metrics_macro_f1(m),
            (long long)r->count);
 
-    printf("\nconfusion matrix (rows = true, columns = predicted)\n%-*s", w, "");
-    int cw = max_label_width(labels, C, 8);
-    for (int j = 0; j < C; j++)
-        printf("  %*s", cw, labels[j]);
-    putchar('\n');
-    for (int c = 0; c < C; c++) {
-        printf("%-*s", w, labels[c]);
-        for (int j = 0; j < C; j++)
-            printf("  %*lld", cw, (long long)ac_metrics_confusion(m, c, j));
-        putchar('\n');
-    }
+    print_confusion(m, labels, C, w);
 
     if (n_errors > 0) {
         printf("\nmost confidently wrong (%lld of %lld wrong)", (long long)(r->n_wrong < n_errors ? r->n_wrong : n_errors),
