@@ -5,15 +5,19 @@
  *
  * The search. Trial 1 trains the configuration as given (the plain defaults
  * when no option was given), so the result is never worse on validation
- * than no search. Then, coordinate by coordinate, a candidate is the best
- * settings so far with one setting changed to another value of a small
+ * than no search. Members multiply a trial's time, so the recipe is searched
+ * at one member: trial 2 is trial 1's settings at one member (when it had
+ * more). Then, coordinate by coordinate, a candidate is the best settings so
+ * far, at one member, with one setting changed to another value of a small
  * space (AC_TUNE_*: the NB start of the wide path, epochs, the weight
  * average's decay, the learning rate, the wide path's n-gram order, crops,
- * dropout and, last in every round, members); it replaces the best when its
- * validation accuracy is strictly higher. The order of the candidates in a
- * round is a shuffle drawn from training.seed; rounds repeat until one
- * brings no improvement, the candidates run out or the budget does. Every
- * trial trains with the same seed, so with the same validation rows, and is
+ * dropout); it replaces the best when its validation accuracy is strictly
+ * higher. The order of the candidates in a round is a shuffle drawn from
+ * training.seed; rounds repeat until one brings no improvement (at most 4)
+ * or the budget runs out. Last, a best at one member is tried with 3
+ * members when that fits. A setting the caller fixes (an explicit option) is
+ * not searched; fixed members are kept in every trial. Every trial trains
+ * with the same seed, so with the same validation rows, and is
  * deterministic: with a budget in steps the same seed gives the same trials
  * and the same model bitwise.
  *
@@ -50,7 +54,7 @@ typedef enum {
     AC_TUNE_WIDE_ORDER,  /* model.wide_order */
     AC_TUNE_CROP,        /* training.crop_frac */
     AC_TUNE_DROPOUT,     /* model.dropout */
-    AC_TUNE_MEMBERS,     /* training.members: last in every round (it multiplies the time) */
+    AC_TUNE_MEMBERS,     /* training.members: 1 while searching, more at the end (below) */
     AC_TUNE_N
 } ac_tune_dim;
 

@@ -376,13 +376,14 @@ void train_print_help(void)
            "      --autotune BUDGET  search the training recipe on the validation rows within\n"
            "                         BUDGET, a time (90s, 5m, 1.5h) or optimizer steps\n"
            "                         (20000steps: the same seed gives the same model). Trial 1\n"
-           "                         trains the options as given and always ends; then one\n"
-           "                         setting at a time changes (the NB start of the wide path,\n"
-           "                         --epochs, --ema, --lr, --wide, --crop, --dropout and last\n"
-           "                         --members; one given as an option stays) and the best\n"
-           "                         on validation goes to DIR, which must be new or empty,\n"
-           "                         with the trials in DIR/autotune.json. Ctrl-C keeps the\n"
-           "                         best trial so far; a search cannot be resumed\n"
+           "                         trains the options as given and always ends; then, at\n"
+           "                         one member, one setting at a time changes (the NB start\n"
+           "                         of the wide path, --epochs, --ema, --lr, --wide, --crop,\n"
+           "                         --dropout; one given as an option stays), last the best\n"
+           "                         with 3 --members. The best on validation goes to DIR,\n"
+           "                         which must be new or empty, with the trials in\n"
+           "                         DIR/autotune.json. Ctrl-C keeps the best trial so far;\n"
+           "                         a search cannot be resumed\n"
            "\n",
            DEFAULT_PSEUDO_THRESHOLD);
     cli_print_training_options(CLI_TRAIN);

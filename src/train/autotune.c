@@ -422,8 +422,8 @@ static int fits(const tuner *tu, const ac_tune_settings *s)
     return (double)planned * per_step <= b->seconds - (ac_now_s() - tu->t0);
 }
 
-/* One round's candidates: (setting, value index) pairs in an order drawn
- * from the seed and the round, members last. */
+/* One round's candidates: (setting, value index) pairs of every searched
+ * setting but members, in an order drawn from the seed and the round. */
 static int round_pairs(const tuner *tu, int round, int pairs[MAX_PAIRS][2])
 {
     int n = 0;
@@ -446,12 +446,6 @@ static int round_pairs(const tuner *tu, int round, int pairs[MAX_PAIRS][2])
         pairs[j][0] = a;
         pairs[j][1] = b;
     }
-    if (!(tu->fixed & (1u << AC_TUNE_MEMBERS)))
-        for (int k = 0; k < SPACE[AC_TUNE_MEMBERS].n && n < MAX_PAIRS; k++) {
-            pairs[n][0] = AC_TUNE_MEMBERS;
-            pairs[n][1] = k;
-            n++;
-        }
     return n;
 }
 
@@ -460,44 +454,78 @@ static int user_stop(const tuner *tu)
     return tu->user_stopped || (tu->o->train.stop && *tu->o->train.stop);
 }
 
-/* The candidates after trial 1, round by round. */
+/* Tries cand (changed: the setting it changes) unless it is the best, was
+ * tried or does not fit. *ran: it was trained. 1: the search ends here (a
+ * stop, the time is up, no trials left), 0: go on, -1: an error. */
+static int try_candidate(tuner *tu, const ac_tune_settings *cand, int changed, int *ran,
+                         ac_err *err)
+{
+    ac_autotune_result *r = tu->r;
+    *ran = 0;
+    if (user_stop(tu)) {
+        r->end = AC_AUTOTUNE_INTERRUPTED;
+        return 1;
+    }
+    if (r->n_trials >= MAX_TRIALS)
+        return 1;
+    if (same_settings(cand, &r->best) || was_tried(tu, cand))
+        return 0;
+    if (!fits(tu, cand)) {
+        tu->budget_hit = 1;
+        return 0;
+    }
+    if (run_trial(tu, cand, changed, err))
+        return -1;
+    *ran = 1;
+    if (tu->user_stopped) {
+        r->end = AC_AUTOTUNE_INTERRUPTED;
+        return 1;
+    }
+    if (tu->budget_hit && tu->o->budget.seconds > 0 &&
+        ac_now_s() - tu->t0 >= tu->o->budget.seconds)
+        return 1; /* the time is up */
+    return 0;
+}
+
+/* The candidates after trial 1. Members multiply a trial's time, so unless
+ * --members was given the recipe is searched at one member (the first
+ * candidate is trial 1's settings at one member), and a best at one member
+ * is tried with more at the end, when that fits. */
 static int search(tuner *tu, ac_err *err)
 {
     ac_autotune_result *r = tu->r;
+    const int members_searched = !(tu->fixed & (1u << AC_TUNE_MEMBERS));
+    const double many = SPACE[AC_TUNE_MEMBERS].values[SPACE[AC_TUNE_MEMBERS].n - 1];
+    int ran, rc;
+    if (members_searched && r->best.v[AC_TUNE_MEMBERS] > 1) {
+        ac_tune_settings one = r->best;
+        one.v[AC_TUNE_MEMBERS] = 1;
+        if ((rc = try_candidate(tu, &one, AC_TUNE_MEMBERS, &ran, err)) != 0)
+            return rc < 0 ? -1 : 0;
+    }
     for (int round = 0; round < MAX_ROUNDS; round++) {
         int pairs[MAX_PAIRS][2];
         int n = round_pairs(tu, round, pairs);
         int improved = 0;
         for (int i = 0; i < n; i++) {
-            if (user_stop(tu)) {
-                r->end = AC_AUTOTUNE_INTERRUPTED;
-                return 0;
-            }
-            if (r->n_trials >= MAX_TRIALS)
-                return 0;
             ac_tune_settings cand = r->best;
+            if (members_searched)
+                cand.v[AC_TUNE_MEMBERS] = 1;
             int d = pairs[i][0];
             cand.v[d] = stored((ac_tune_dim)d, SPACE[d].values[pairs[i][1]]);
-            if (same_settings(&cand, &r->best) || was_tried(tu, &cand))
-                continue;
-            if (!fits(tu, &cand)) {
-                tu->budget_hit = 1;
-                continue;
-            }
             int best_before = r->best_trial;
-            if (run_trial(tu, &cand, d, err))
-                return -1;
-            if (tu->user_stopped) {
-                r->end = AC_AUTOTUNE_INTERRUPTED;
-                return 0;
-            }
-            if (tu->budget_hit && tu->o->budget.seconds > 0 &&
-                ac_now_s() - tu->t0 >= tu->o->budget.seconds)
-                return 0; /* the time is up */
+            if ((rc = try_candidate(tu, &cand, d, &ran, err)) != 0)
+                return rc < 0 ? -1 : 0;
             improved |= r->best_trial != best_before;
         }
         if (!improved)
-            return 0;
+            break;
+    }
+    if (members_searched && r->best.v[AC_TUNE_MEMBERS] == 1) {
+        ac_tune_settings more = r->best;
+        more.v[AC_TUNE_MEMBERS] = many;
+        if ((rc = try_candidate(tu, &more, AC_TUNE_MEMBERS, &ran, err)) != 0)
+            return rc < 0 ? -1 : 0;
     }
     return 0;
 }
