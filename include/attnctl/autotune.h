@@ -22,12 +22,13 @@
  * and the same model bitwise.
  *
  * The budget. Trial 1 always runs to its end, whatever the budget (a
- * budget smaller than it trains the defaults). A later candidate runs only
- * when its planned steps (members x epochs x batches per epoch) fit in what
- * is left of a step budget, or its time estimated from the trials so far
- * (seconds per step) fits in what is left of a time budget; a candidate that
- * does not fit is passed over for the next. A trial that still overruns the
- * time budget is stopped and does not count.
+ * budget smaller than it trains the defaults). A later candidate starts
+ * only when its expected steps fit in what is left of a step budget, or its
+ * expected time in what is left of a time budget: its planned steps
+ * (members x epochs x batches per epoch) times the share of their plan the
+ * trials so far took (early stopping), times their seconds per step for a
+ * time. A candidate that does not fit is passed over for the next. A trial
+ * that still overruns the budget is stopped and does not count.
  *
  * Files. Trials train into a temporary directory beside out_dir (in its
  * parent, named .NAME.autotune-XXXXXX); the best trial's model directory

@@ -207,7 +207,8 @@ typedef struct {
     volatile sig_atomic_t stop; /* the trial's stop: the user's, or the time budget's */
     double t0, deadline;        /* deadline 0: none (trial 1, or a step budget) */
     long batches_per_epoch;     /* from trial 1 */
-    long counted_steps;         /* steps and seconds of trials that ran to their end */
+    long counted_steps;         /* steps, planned steps and seconds of the trials */
+    long counted_planned;       /* that ran to their end (early stops make steps < planned) */
     double counted_seconds;
     int budget_hit;             /* a candidate did not fit, or a trial overran */
     int user_stopped;
@@ -359,6 +360,7 @@ static int run_trial(tuner *tu, const ac_tune_settings *s, int changed, ac_err *
                                "--val-file");
     }
     tu->counted_steps += res.step;
+    tu->counted_planned += res.total_steps;
     tu->counted_seconds += ev.seconds;
     if (!s) {
         /* The settings as trained (the data's choices included), and the
@@ -409,17 +411,25 @@ static int was_tried(const tuner *tu, const ac_tune_settings *s)
     return 0;
 }
 
-/* Whether candidate s fits in what is left of the budget. */
+/* Whether candidate s fits in what is left of the budget: its planned
+ * steps (members x epochs x batches per epoch) times the share of the
+ * planned steps the trials so far took (early stopping ends most before
+ * their plan), and for a time budget times their seconds per step. Only
+ * steps, so deterministic, under a budget in steps. */
 static int fits(const tuner *tu, const ac_tune_settings *s)
 {
     const ac_autotune_budget *b = &tu->o->budget;
-    long planned = (long)s->v[AC_TUNE_MEMBERS] * (long)s->v[AC_TUNE_EPOCHS] *
-                   tu->batches_per_epoch;
+    double planned = s->v[AC_TUNE_MEMBERS] * s->v[AC_TUNE_EPOCHS] *
+                     (double)tu->batches_per_epoch;
+    double share = tu->counted_planned > 0
+                       ? (double)tu->counted_steps / (double)tu->counted_planned
+                       : 1.0;
+    double steps = planned * share;
     if (b->steps > 0)
-        return planned <= b->steps - tu->r->steps;
+        return steps <= (double)(b->steps - tu->r->steps);
     double per_step = tu->counted_steps > 0 ? tu->counted_seconds / (double)tu->counted_steps
                                             : 0.0;
-    return (double)planned * per_step <= b->seconds - (ac_now_s() - tu->t0);
+    return steps * per_step <= b->seconds - (ac_now_s() - tu->t0);
 }
 
 /* One round's candidates: (setting, value index) pairs of every searched
