@@ -6,20 +6,20 @@
  * The search. Trial 1 trains the configuration as given (the plain defaults
  * when no option was given), so the result is never worse on validation
  * than no search. Members multiply a trial's time, so the recipe is searched
- * at one member: trial 2 is trial 1's settings at one member (when it had
- * more). Then, coordinate by coordinate, a candidate is the best settings so
- * far, at one member, with one setting changed to another value of a small
- * space (AC_TUNE_*: the NB start of the wide path, epochs, the weight
+ * at one member. Coordinate by coordinate, a candidate is the best settings
+ * so far, at one member, with one setting changed to another value of a
+ * small space (AC_TUNE_*: the NB start of the wide path, epochs, the weight
  * average's decay, the learning rate, the wide path's n-gram order, crops,
  * dropout); it replaces the best when its validation accuracy is strictly
- * higher. The order of the candidates in a round is a shuffle drawn from
- * training.seed; rounds repeat until one brings no improvement (at most 4)
- * or the budget runs out. Last, a best at one member is tried with 3
- * members when that fits. A setting the caller fixes (an explicit option) is
- * not searched; fixed members are kept in every trial. Every trial trains
- * with the same seed, so with the same validation rows, and is
- * deterministic: with a budget in steps the same seed gives the same trials
- * and the same model bitwise.
+ * higher. The first round goes through the values in a fixed order, those
+ * that moved accuracy most on short texts first (so a small budget tries
+ * them); later rounds in an order drawn from training.seed. Rounds repeat
+ * until one brings no improvement (at most 4) or the budget runs out. Last,
+ * a best at one member is tried with 3 members when that fits. A setting the
+ * caller fixes (an explicit option) is not searched; fixed members are kept
+ * in every trial. Every trial trains with the same seed, so with the same
+ * validation rows, and is deterministic: with a budget in steps the same
+ * seed gives the same trials and the same model bitwise.
  *
  * The budget. Trial 1 always runs to its end, whatever the budget (a
  * budget smaller than it trains the defaults). A later candidate starts

@@ -432,20 +432,36 @@ static int fits(const tuner *tu, const ac_tune_settings *s)
     return steps * per_step <= b->seconds - (ac_now_s() - tu->t0);
 }
 
+/* The first round's order: the values that moved accuracy most on short
+ * texts first (benchmarks/EXPERIMENTS.md: the NB start, then epochs, crops,
+ * the learning rate, the average's decay), so that a small budget tries
+ * them; a value equal to the best's is passed over. */
+static const struct {
+    ac_tune_dim d;
+    int k; /* index in SPACE[d].values */
+} FIRST_ROUND[] = {
+    {AC_TUNE_WIDE_NB, 1},    {AC_TUNE_WIDE_NB, 2}, {AC_TUNE_EPOCHS, 2},  {AC_TUNE_CROP, 0},
+    {AC_TUNE_LR, 2},         {AC_TUNE_EMA, 2},     {AC_TUNE_DROPOUT, 0}, {AC_TUNE_LR, 0},
+    {AC_TUNE_EPOCHS, 0},     {AC_TUNE_WIDE_ORDER, 0}, {AC_TUNE_EMA, 0},  {AC_TUNE_EMA, 1},
+    {AC_TUNE_EPOCHS, 1},     {AC_TUNE_WIDE_NB, 0}, {AC_TUNE_LR, 1},      {AC_TUNE_WIDE_ORDER, 1},
+    {AC_TUNE_CROP, 1},       {AC_TUNE_DROPOUT, 1},
+};
+
 /* One round's candidates: (setting, value index) pairs of every searched
- * setting but members, in an order drawn from the seed and the round. */
+ * setting but members; in the first round in FIRST_ROUND's order, in later
+ * ones in an order drawn from the seed and the round. */
 static int round_pairs(const tuner *tu, int round, int pairs[MAX_PAIRS][2])
 {
     int n = 0;
-    for (int d = 0; d < AC_TUNE_N; d++) {
-        if (d == AC_TUNE_MEMBERS || (tu->fixed & (1u << d)))
+    for (size_t i = 0; i < sizeof FIRST_ROUND / sizeof FIRST_ROUND[0] && n < MAX_PAIRS; i++) {
+        if (tu->fixed & (1u << FIRST_ROUND[i].d))
             continue;
-        for (int k = 0; k < SPACE[d].n && n < MAX_PAIRS; k++) {
-            pairs[n][0] = d;
-            pairs[n][1] = k;
-            n++;
-        }
+        pairs[n][0] = FIRST_ROUND[i].d;
+        pairs[n][1] = FIRST_ROUND[i].k;
+        n++;
     }
+    if (round == 0)
+        return n;
     uint64_t key = ac_rng_key(ac_rng_key(tu->o->train.config->training.seed, ORDER_STREAM),
                               (uint64_t)round);
     for (int i = n - 1; i > 0; i--) {
@@ -498,21 +514,14 @@ static int try_candidate(tuner *tu, const ac_tune_settings *cand, int changed, i
 }
 
 /* The candidates after trial 1. Members multiply a trial's time, so unless
- * --members was given the recipe is searched at one member (the first
- * candidate is trial 1's settings at one member), and a best at one member
- * is tried with more at the end, when that fits. */
+ * --members was given the recipe is searched at one member, and a best at
+ * one member is tried with more at the end, when that fits. */
 static int search(tuner *tu, ac_err *err)
 {
     ac_autotune_result *r = tu->r;
     const int members_searched = !(tu->fixed & (1u << AC_TUNE_MEMBERS));
     const double many = SPACE[AC_TUNE_MEMBERS].values[SPACE[AC_TUNE_MEMBERS].n - 1];
     int ran, rc;
-    if (members_searched && r->best.v[AC_TUNE_MEMBERS] > 1) {
-        ac_tune_settings one = r->best;
-        one.v[AC_TUNE_MEMBERS] = 1;
-        if ((rc = try_candidate(tu, &one, AC_TUNE_MEMBERS, &ran, err)) != 0)
-            return rc < 0 ? -1 : 0;
-    }
     for (int round = 0; round < MAX_ROUNDS; round++) {
         int pairs[MAX_PAIRS][2];
         int n = round_pairs(tu, round, pairs);
