@@ -528,10 +528,12 @@ static int search(tuner *tu, ac_err *err)
         int improved = 0;
         for (int i = 0; i < n; i++) {
             ac_tune_settings cand = r->best;
-            if (members_searched)
-                cand.v[AC_TUNE_MEMBERS] = 1;
             int d = pairs[i][0];
             cand.v[d] = stored((ac_tune_dim)d, SPACE[d].values[pairs[i][1]]);
+            if (cand.v[d] == r->best.v[d])
+                continue; /* the best's value: no change */
+            if (members_searched)
+                cand.v[AC_TUNE_MEMBERS] = 1;
             int best_before = r->best_trial;
             if ((rc = try_candidate(tu, &cand, d, &ran, err)) != 0)
                 return rc < 0 ? -1 : 0;
