@@ -1,7 +1,7 @@
 #!/bin/sh
 # The command-line flow end to end under valgrind memcheck: a tiny training
 # run, eval, predict from a pipe (awkward lines), inspect in every format, a
-# quantized copy through predict and inspect, a tiny pretraining run with a fine-tuning from it, and a usage error. Fails on any memcheck error or any definite, indirect or
+# quantized copy through predict and inspect, a tiny pretraining run with a fine-tuning from it, a tiny --autotune search, and a usage error. Fails on any memcheck error or any definite, indirect or
 # possible leak. Usage: tests/valgrind.sh BINARY WORKDIR
 #
 # The binary is built without AVX-512 (valgrind 3.19 cannot execute it), and
@@ -65,6 +65,9 @@ step finetune 0 $vg "$bin" train --init "$work/mlm" data/sample_train.csv --out 
 step self-training 0 $vg "$bin" train data/sample_train.csv --teacher "$model" \
     --unlabelled data/sample_test.csv --pseudo-threshold 0.5 --out "$work/student" --epochs 1 \
     --d-model 16 --heads 2 --ff 32 --max-len 32 --batch-size 16 --ngrams 2 --ngram-buckets 1021 \
+    --wide-buckets 1021 --threads 2 --quiet
+step autotune 0 $vg "$bin" train data/sample_train.csv --out "$work/tuned" --autotune 80steps \
+    --epochs 1 --members 1 --d-model 16 --heads 2 --ff 32 --max-len 32 --batch-size 16 \
     --wide-buckets 1021 --threads 2 --quiet
 step inspect-pretrained 0 $vg "$bin" inspect --model "$work/mlm" --format html \
     --out "$work/pretrained.html" "What a wonderful, moving film."

@@ -9,9 +9,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "attnctl/autotune.h"
 #include "attnctl/io.h"
 #include "attnctl/text.h"
 #include "attnctl/train.h"
+#include "autotune.h"
 #include "cli.h"
 #include "parallel.h"
 #include "pseudo.h"
@@ -190,6 +192,10 @@ static int resume_sources(train_args *a, const char *out_dir, ac_train_sources *
                           const char **text_column, const char **label_column)
 {
     ac_err err;
+    if (file_exists_in(out_dir, AC_AUTOTUNE_FILE))
+        return cli_error("%s holds the model of an --autotune search, which cannot be resumed; "
+                         "run the search again with another --out",
+                         out_dir);
     if (ac_train_sources_load(out_dir, sources, &err))
         return cli_error("%s", err.msg);
     if ((sources->objective == AC_OBJECTIVE_MASKED_LM) != (a->kind == CLI_PRETRAIN))
@@ -390,6 +396,9 @@ static int run_training(cli_training_kind kind, int argc, char **argv, const cli
             goto done;
         if ((rc = train_validate_config(&cfg, &a)) != 0)
             goto done;
+        if (a.v[OPT_AUTOTUNE].set &&
+            (rc = cli_autotune_check(&a, &cfg, par->comm ? par->comm->size : 1)) != 0)
+            goto done;
         if (file_exists_in(out_dir, "model.safetensors") ||
             file_exists_in(out_dir, AC_CHECKPOINT_SUBDIR "/trainer_state.json")) {
             rc = cli_error("%s already holds a model or a training run; continue it with "
@@ -471,6 +480,10 @@ static int run_training(cli_training_kind kind, int argc, char **argv, const cli
         .pseudo_threshold = pseudo_threshold,
         .comm = par->comm,
     };
+    if (a.v[OPT_AUTOTUNE].set) {
+        rc = cli_autotune_run(&a, &to, &stop_signal, quiet);
+        goto done;
+    }
     ac_train_result result;
     int train_rc = ac_train(&to, &result, &err);
     cli_progress_clear(&progress);

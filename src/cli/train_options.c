@@ -170,6 +170,7 @@ static const option_spec OPTIONS[] = {
     INT("members", OPT_MEMBERS, 1, AC_MAX_MEMBERS, "an integer from 1 to 64", TO_INT,
         AT(training.members), TRAIN_ONLY),
     TEXT("init", OPT_INIT, TRAIN_ONLY),
+    TEXT("autotune", OPT_AUTOTUNE, TRAIN_ONLY), /* checked by cli_autotune_check */
     TEXT("teacher", OPT_TEACHER, TRAIN_ONLY | RESUME_OK),
     TEXT("unlabelled", OPT_UNLABELLED, TRAIN_ONLY | RESUME_OK),
     REAL("pseudo-threshold", OPT_PSEUDO_THRESHOLD, 0, 1, 0, "a probability from 0 to 1", TO_NONE,
@@ -387,6 +388,19 @@ void train_print_help(void)
            "                         settings and data files (TRAIN and --val-file may be given\n"
            "                         if they moved; they must be the same data, and so must\n"
            "                         the texts --teacher chooses again from --unlabelled)\n"
+           "\n"
+           "Search:\n"
+           "      --autotune BUDGET  search the training recipe on the validation rows within\n"
+           "                         BUDGET, a time (90s, 5m, 1.5h) or optimizer steps\n"
+           "                         (20000steps: the same seed gives the same model). Trial 1\n"
+           "                         trains the options as given and always ends; then, at\n"
+           "                         one member, one setting at a time changes (the NB start\n"
+           "                         of the wide path, --epochs, --ema, --lr, --wide, --crop,\n"
+           "                         --dropout; one given as an option stays), last the best\n"
+           "                         with 3 --members. The best on validation goes to DIR,\n"
+           "                         which must be new or empty, with the trials in\n"
+           "                         DIR/autotune.json. Ctrl-C keeps the best trial so far;\n"
+           "                         a search cannot be resumed\n"
            "\n",
            DEFAULT_PSEUDO_THRESHOLD);
     cli_print_training_options(CLI_TRAIN);
