@@ -422,10 +422,12 @@ START_TEST(test_cli_sigint)
         execl(bin, bin, "train", TINY_CSV, "--out", out, "--d-model", "16", "--heads", "2",
               "--ff", "32", "--max-len", "24", "--wide-buckets", "1024", "--vocab-size", "200",
               "--min-count", "1", "--batch-size", "1", "--val-split", "0.25", "--threads", "1",
-              "--autotune", "100000steps", (char *)NULL);
+              "--members", "3", "--epochs", "40", "--patience", "0", "--autotune", "100000steps",
+              (char *)NULL);
         _exit(98);
     }
-    /* Let trial 1 (3 members of 8 epochs of 31 steps) finish and others start. */
+    /* Let trial 1 (3 members of 40 epochs of 31 steps, no early stop: about
+     * a second) finish and others start; the search takes about ten. */
     double t0 = now_s();
     usleep(2500000);
     kill(pid, SIGINT);
