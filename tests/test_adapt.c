@@ -218,27 +218,6 @@ END_TEST
 
 /* ------------------------------------------------------- command line */
 
-static int run_capture(const char *cmd, char **err_text)
-{
-    char path[] = "/tmp/attnctl_test_adapt_err_XXXXXX";
-    int fd = mkstemp(path);
-    ck_assert_int_ge(fd, 0);
-    close(fd);
-    char *full = NULL;
-    ck_assert_int_ge(asprintf(&full, "%s 2>%s >/dev/null", cmd, path), 0);
-    int st = system(full);
-    free(full);
-    FILE *f = fopen(path, "rb");
-    ck_assert_ptr_nonnull(f);
-    char *text = calloc(1, 1 << 16);
-    size_t n = fread(text, 1, (1 << 16) - 1, f);
-    text[n] = '\0';
-    fclose(f);
-    remove(path);
-    *err_text = text;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 static cJSON *training_of(const char *dir)
 {
     char *path = NULL;
@@ -299,7 +278,7 @@ START_TEST(test_cli_short_csv)
     /* Nothing given: both from the data, printed and recorded. */
     snprintf(out, sizeof out, "%s/auto", dir);
     ck_assert_int_ge(asprintf(&cmd, "%s train %s --out %s %s", bin, csv, out, shape), 0);
-    ck_assert_msg(run_capture(cmd, &err) == 0, "%s", err);
+    ck_assert_msg(run_stderr(cmd, &err) == 0, "%s", err);
     ck_assert_msg(strstr(err, "attnctl: adapted to the data: 8 epochs, weight average decay 0.99, "
                               "vocabulary min count 1, wide path of word n-grams up to 2, "
                               "wide path from naive Bayes x0.25 (median text 5 tokens, below "
@@ -322,7 +301,7 @@ START_TEST(test_cli_short_csv)
     snprintf(out, sizeof out, "%s/given", dir);
     ck_assert_int_ge(asprintf(&cmd, "%s train %s --out %s %s --epochs 2", bin, csv, out, shape),
                      0);
-    ck_assert_msg(run_capture(cmd, &err) == 0, "%s", err);
+    ck_assert_msg(run_stderr(cmd, &err) == 0, "%s", err);
     ck_assert_msg(strstr(err, "attnctl: adapted to the data: weight average decay 0.99, vocabulary "
                               "min count 1, wide path of word n-grams up to 2, wide path from "
                               "naive Bayes x0.25 (median text 5 tokens, below --crop-max 64)\n"),
@@ -344,7 +323,7 @@ START_TEST(test_cli_short_csv)
     ck_assert_int_ge(asprintf(&cmd, "%s train %s --out %s %s --config %s", bin, csv, out, shape,
                               preset),
                      0);
-    ck_assert_msg(run_capture(cmd, &err) == 0, "%s", err);
+    ck_assert_msg(run_stderr(cmd, &err) == 0, "%s", err);
     ck_assert_msg(strstr(err, "attnctl: adapted to the data: 8 epochs, vocabulary min count 1, "
                               "wide path of word n-grams up to 2, wide path from naive Bayes "
                               "x0.25 (median text 5 tokens, below --crop-max 64)\n"),
@@ -361,7 +340,7 @@ START_TEST(test_cli_short_csv)
     ck_assert_int_ge(asprintf(&cmd, "%s train %s --out %s %s --epochs 1 --ema 0 --wide-nb 0 --min-count 2 --wide 3", bin,
                               csv, out, shape),
                      0);
-    ck_assert_msg(run_capture(cmd, &err) == 0, "%s", err);
+    ck_assert_msg(run_stderr(cmd, &err) == 0, "%s", err);
     ck_assert_msg(!strstr(err, "adapted to the data"), "%s", err);
     free(cmd);
     free(err);

@@ -317,27 +317,6 @@ END_TEST
 
 /* ------------------------------------------------------- command line */
 
-static int run_capture(const char *cmd, char **err_text)
-{
-    char path[] = "/tmp/attnctl_test_autotune_err_XXXXXX";
-    int fd = mkstemp(path);
-    ck_assert_int_ge(fd, 0);
-    close(fd);
-    char *full = NULL;
-    ck_assert_int_ge(asprintf(&full, "%s 2>%s >/dev/null", cmd, path), 0);
-    int st = system(full);
-    free(full);
-    FILE *f = fopen(path, "rb");
-    ck_assert_ptr_nonnull(f);
-    char *text = calloc(1, 1 << 16);
-    size_t n = fread(text, 1, (1 << 16) - 1, f);
-    text[n] = '\0';
-    fclose(f);
-    remove(path);
-    *err_text = text;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 #define TINY_OPTS                                                                                \
     "--d-model 16 --heads 2 --ff 32 --max-len 24 --wide-buckets 1024 --vocab-size 200 "          \
     "--min-count 1 --members 1 --epochs 2 --batch-size 4 --val-split 0.25 --threads 1"
@@ -362,7 +341,7 @@ START_TEST(test_cli)
         ck_assert_int_ge(asprintf(&cmd, "%s train %s --out %s %s %s", bin, TINY_CSV, out,
                                   TINY_OPTS, bad[i][0]),
                          0);
-        ck_assert_int_eq(run_capture(cmd, &err), 2);
+        ck_assert_int_eq(run_stderr(cmd, &err), 2);
         ck_assert_msg(strstr(err, bad[i][1]), "%s: %s", bad[i][0], err);
         ck_assert_msg(strchr(err, '\n') == strrchr(err, '\n') ||
                           strstr(strchr(err, '\n') + 1, "Try 'attnctl train --help'"),
@@ -376,7 +355,7 @@ START_TEST(test_cli)
     ck_assert_int_ge(asprintf(&cmd, "%s train %s --out %s %s --lr 0.003 --autotune 60steps",
                               bin, TINY_CSV, out, TINY_OPTS),
                      0);
-    ck_assert_int_eq(run_capture(cmd, &err), 0);
+    ck_assert_int_eq(run_stderr(cmd, &err), 0);
     ck_assert_msg(strstr(err, " trial  val. acc.") && strstr(err, "     1  "), "%s", err);
     /* --epochs and --members were given: they stay. */
     ck_assert_msg(!strstr(err, "--epochs 4") && !strstr(err, "--members 3"), "%s", err);
@@ -388,12 +367,12 @@ START_TEST(test_cli)
 
     /* Neither resumable nor combinable with --resume. */
     ck_assert_int_ge(asprintf(&cmd, "%s train --resume %s", bin, out), 0);
-    ck_assert_int_eq(run_capture(cmd, &err), 1);
+    ck_assert_int_eq(run_stderr(cmd, &err), 1);
     ck_assert_msg(strstr(err, "--autotune search, which cannot be resumed"), "%s", err);
     free(cmd);
     free(err);
     ck_assert_int_ge(asprintf(&cmd, "%s train --resume %s --autotune 5m", bin, out), 0);
-    ck_assert_int_eq(run_capture(cmd, &err), 2);
+    ck_assert_int_eq(run_stderr(cmd, &err), 2);
     ck_assert_msg(strstr(err, "--autotune cannot be combined with --resume"), "%s", err);
     free(cmd);
     free(err);

@@ -4,11 +4,14 @@
 #ifndef ATTNCTL_TEST_UTIL_H
 #define ATTNCTL_TEST_UTIL_H
 
+#include <check.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 /* nftw callback removing each entry (children first with FTW_DEPTH). */
 static inline int remove_entry(const char *path, const struct stat *sb, int flag,
@@ -39,6 +42,30 @@ static inline double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Runs the shell command cmd, its stdout discarded; *err_text (freed by
+ * the caller) gets its stderr. Returns its exit status (-1: killed). */
+static inline int run_stderr(const char *cmd, char **err_text)
+{
+    char path[] = "/tmp/attnctl_test_stderr_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    char *full = NULL;
+    ck_assert_int_ge(asprintf(&full, "%s 2>%s >/dev/null", cmd, path), 0);
+    int st = system(full);
+    free(full);
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    char *text = calloc(1, 1 << 16);
+    ck_assert_ptr_nonnull(text);
+    size_t n = fread(text, 1, (1 << 16) - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    remove(path);
+    *err_text = text;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 #endif
