@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "attnctl/gradsum.h"
+#include "attnctl/infer.h"
 #include "attnctl/io.h"
 #include "attnctl/metrics.h"
 #include "attnctl/mlm.h"
@@ -57,6 +58,8 @@ typedef struct {
     int have_val_plan;
     ac_batch_plan span_plan; /* the same rows cut to short spans */
     int have_span_plan;
+    ac_infer val_infer;      /* the validation batches' forward, as the plan gives them */
+    int have_val_infer;
     float *val_logits;       /* [n_val, C] raw logits of the last validation pass */
     int32_t *val_labels;     /* [n_val] */
     ac_metrics val_metrics;  /* calibration of the validation rows at the fitted temperature */
