@@ -217,7 +217,7 @@ static void pooled_weights(inspect_data *d, const ac_model *m, char *measure, si
     }
 }
 
-static int write_output(const render_buf *buf, const char *out_path)
+static int write_output(const ac_strbuf *buf, const char *out_path)
 {
     if (buf->failed)
         return cli_error("inspect: out of memory while rendering");
@@ -391,8 +391,8 @@ static int run_inspect(inspect_options *o)
     int rc = CLI_EXIT_OK;
     inspect_data d;
     memset(&d, 0, sizeof d);
-    render_buf buf;
-    rb_init(&buf);
+    ac_strbuf buf;
+    ac_strbuf_init(&buf);
 
     if (o->layer_arg && (rc = check_range("--layer", o->layer_arg, o->layer, L, L == 1 ? "layer" : "layers")))
         goto done;
@@ -503,7 +503,7 @@ static int run_inspect(inspect_options *o)
     rc = write_output(&buf, o->out_path);
 
 done:
-    rb_free(&buf);
+    ac_strbuf_free(&buf);
     inspect_data_free(&d);
     ac_model_dir_free(&md);
     return rc;
