@@ -50,28 +50,12 @@ typedef struct {
     long ilo, ihi;  /* V_INT */
     double lo, hi;  /* V_REAL, V_WARMUP */
     unsigned open;  /* V_REAL: LO_OPEN, HI_OPEN */
-    const char *expected;
-    int (*parse_name)(const char *s, int *out); /* V_NAME */
+    const char *expected;  /* the range in words (V_NAME: from names) */
+    const ac_names *names; /* V_NAME */
     target to;
     size_t field;   /* offset in ac_config */
     unsigned flags; /* TRAIN_ONLY, PRETRAIN_ONLY, RESUME_OK */
 } option_spec;
-
-/* The enums' parsers, as the table's one type: the name's value as an int. */
-#define NAME_PARSER(fn, type, parse)                                                              \
-    static int fn(const char *s, int *out)                                                        \
-    {                                                                                             \
-        type value;                                                                               \
-        if (parse(s, &value))                                                                     \
-            return -1;                                                                            \
-        *out = (int)value;                                                                        \
-        return 0;                                                                                 \
-    }
-NAME_PARSER(parse_schedule, ac_schedule_kind, ac_schedule_parse)
-NAME_PARSER(parse_positions, ac_positions, ac_positions_parse)
-NAME_PARSER(parse_pooling, ac_pooling, ac_pooling_parse)
-NAME_PARSER(parse_truncation, ac_truncation, ac_truncation_parse)
-NAME_PARSER(parse_format, ac_text_format, ac_text_format_parse)
 
 #define XSTR(x) #x
 #define STR(x) XSTR(x)
@@ -83,8 +67,8 @@ NAME_PARSER(parse_format, ac_text_format, ac_text_format_parse)
     {name, id, V_INT, lo, hi, 0, 0, 0, words, NULL, to, field, flags}
 #define REAL(name, id, lo, hi, open, words, to, field, flags) \
     {name, id, V_REAL, 0, 0, lo, hi, open, words, NULL, to, field, flags}
-#define NAME(name, id, parse, words, to, field, flags) \
-    {name, id, V_NAME, 0, 0, 0, 0, 0, words, parse, to, field, flags}
+#define NAME(name, id, names, to, field, flags) \
+    {name, id, V_NAME, 0, 0, 0, 0, 0, NULL, &names, to, field, flags}
 
 _Static_assert(AC_MAX_MEMBERS == 64, "the --members row names the limit");
 
@@ -100,8 +84,7 @@ static const option_spec OPTIONS[] = {
         AT(training.micro_batch), BOTH),
     REAL("lr", OPT_LR, 0, 10, LO_OPEN, "a number with 0 < X <= 10", TO_FLOAT,
          AT(training.optim.lr), BOTH),
-    NAME("schedule", OPT_SCHEDULE, parse_schedule, "cosine, linear or constant", TO_INT,
-         AT(training.optim.schedule), BOTH),
+    NAME("schedule", OPT_SCHEDULE, ac_schedule_names, TO_INT, AT(training.optim.schedule), BOTH),
     /* a fraction sets training.warmup_frac, a step count optim.warmup_steps */
     {"warmup", OPT_WARMUP, V_WARMUP, 0, 0, 0, 1e15, 0,
      "a fraction 0 <= X < 1, or a whole number of steps", NULL, TO_NONE, 0, BOTH},
@@ -113,15 +96,14 @@ static const option_spec OPTIONS[] = {
          AT(model.dropout), BOTH),
     INT("max-len", OPT_MAX_LEN, 1, 65536, "an integer from 1 to 65536", TO_INT,
         AT(model.max_len), BOTH),
-    NAME("truncation", OPT_TRUNCATION, parse_truncation, "head, tail or head+tail", TO_INT,
-         AT(tokenizer.truncation), BOTH),
+    NAME("truncation", OPT_TRUNCATION, ac_truncation_names, TO_INT, AT(tokenizer.truncation),
+         BOTH),
     /* sets model.vocab_size and training.vocab_max */
     INT("vocab-size", OPT_VOCAB_SIZE, 3, 10000000, "an integer from 3 to 10000000", TO_NONE, 0,
         BOTH),
     INT("min-count", OPT_MIN_COUNT, 1, 1000000000000L, "an integer from 1 to 10^12", TO_I64,
         AT(training.min_count), BOTH),
-    NAME("pooling", OPT_POOLING, parse_pooling, "max, mean or cls", TO_INT, AT(model.pooling),
-         BOTH),
+    NAME("pooling", OPT_POOLING, ac_pooling_names, TO_INT, AT(model.pooling), BOTH),
     INT("layers", OPT_LAYERS, 1, AC_MAX_LAYERS, "1 to " STR(AC_MAX_LAYERS), TO_INT,
         AT(model.n_layers), BOTH),
     INT("d-model", OPT_D_MODEL, 1, 65536, "an integer from 1 to 65536", TO_INT,
@@ -143,8 +125,7 @@ static const option_spec OPTIONS[] = {
     TEXT("label-column", OPT_LABEL_COLUMN, TRAIN_ONLY),
     INT("max-steps", OPT_MAX_STEPS, 0, LONG_MAX, "an integer >= 0", TO_NONE, 0, RESUME_OK),
     TEXT("resume", OPT_RESUME, RESUME_OK),
-    NAME("positions", OPT_POSITIONS, parse_positions, "learned, sinusoidal or none", TO_INT,
-         AT(model.positions), BOTH),
+    NAME("positions", OPT_POSITIONS, ac_positions_names, TO_INT, AT(model.positions), BOTH),
     INT("ngrams", OPT_NGRAMS, 1, 3, "1, 2 or 3", TO_INT, AT(model.ngram_order), BOTH),
     INT("ngram-buckets", OPT_NGRAM_BUCKETS, 1, 16777216, "an integer from 1 to 16777216",
         TO_INT, AT(model.ngram_buckets), BOTH),
@@ -178,7 +159,7 @@ static const option_spec OPTIONS[] = {
          0, TRAIN_ONLY),
     REAL("mask-frac", OPT_MASK_FRAC, 0, 1, LO_OPEN | HI_OPEN, "a number with 0 < X < 1",
          TO_DOUBLE, AT(training.mask_frac), PRETRAIN_ONLY),
-    NAME("format", OPT_FORMAT, parse_format, "auto, csv or lines", TO_NONE, 0, PRETRAIN_ONLY),
+    NAME("format", OPT_FORMAT, ac_text_format_names, TO_NONE, 0, PRETRAIN_ONLY),
     FLAG("keep-checkpoint", OPT_KEEP_CHECKPOINT, RESUME_OK),
     FLAG("quiet", OPT_QUIET, RESUME_OK),
     FLAG("help", OPT_HELP, RESUME_OK),
@@ -432,11 +413,13 @@ static int parse_value(train_args *a, int id, const char *arg)
             return bad_value(a->cmd, id, arg, o->expected);
         v->d = d;
         break;
-    case V_NAME:
-        if (o->parse_name(arg, &n))
-            return bad_value(a->cmd, id, arg, o->expected);
+    case V_NAME: {
+        char names[160];
+        if (ac_names_parse(o->names, arg, &n))
+            return bad_value(a->cmd, id, arg, ac_names_list(o->names, 0, names, sizeof names));
         v->i = n;
         break;
+    }
     case V_SEED:
         if (cli_parse_u64(arg, &v->u))
             return bad_value(a->cmd, id, arg, o->expected);
