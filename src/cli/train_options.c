@@ -1,8 +1,10 @@
 /* The options of attnctl train and pretrain: one table (OPTIONS) gives
- * each option's name, the range of its value, the field of the preset it
- * overrides and the commands that take it; then their --help, the parsing
- * and how they change the preset configuration. Apart from running the command (train.c), since this part
- * only turns words into a configuration and reads no training data. */
+ * each option's name, short form, the range of its value, the field of the
+ * preset it overrides, the commands that take it and its help; from it come
+ * getopt's lists, the parsing, the usage errors, --help and how the options
+ * change the preset configuration. Apart from running the command
+ * (train.c), since this part only turns words into a configuration and
+ * reads no training data. */
 #include <getopt.h>
 #include <stddef.h>
 #include <limits.h>
@@ -32,7 +34,7 @@ typedef enum {
 
 /* Where the value goes in the preset (train_apply_overrides); TO_NONE: the
  * command reads it itself, or train_apply_overrides sets it by hand. */
-typedef enum { TO_NONE, TO_INT, TO_LONG, TO_I64, TO_FLOAT, TO_DOUBLE, TO_U64 } target;
+typedef enum { TO_NONE, TO_INT, TO_I32, TO_LONG, TO_I64, TO_FLOAT, TO_DOUBLE, TO_U64 } target;
 
 enum { LO_OPEN = 1, HI_OPEN = 2 };
 /* Which command takes the option, and whether --resume does: anything
@@ -40,9 +42,30 @@ enum { LO_OPEN = 1, HI_OPEN = 2 };
  * the original run would have. */
 enum { BOTH = 0, TRAIN_ONLY = 1, PRETRAIN_ONLY = 2, RESUME_OK = 4 };
 
+/* The help of an option, printed from its row (print_options): in its
+ * section, "-S, --NAME ARG" then its text, in which "{}" stands for the
+ * default: the preset's value of the field the option sets, unless the row
+ * says it in words. */
+typedef struct {
+    char short_name;  /* the one-letter form, or 0 */
+    int section;      /* S_* */
+    const char *arg;  /* the value's name ("N", "X", "DIR"); NULL: none */
+    const char *text; /* NULL: not in the help */
+    const char *pretrain_text;          /* pretrain's text when it differs */
+    const char *deflt, *pretrain_deflt; /* the default in words (NULL: the field's) */
+    size_t shown;    /* with TO_NONE: the field whose preset value is the default */
+    int shown_as;    /* its type (a target) */
+    int join;        /* 1: "--NAME ARG, --NEXT ARG" on one line, then the next row's text */
+    void (*note)(char *out, size_t n); /* text after the default (an "auto" rule) */
+} option_help;
+
+enum { S_FILES, S_MASKING, S_TRAINING, S_MODEL, S_OUTPUT, N_SECTIONS };
+static const char *const SECTION_TITLE[N_SECTIONS] = {
+    "Files:", "Masking:", "Training (defaults in brackets):", "Model and tokenizer:", "Output:"};
+
 /* One option: its name, its value's kind and range (and the words naming
- * the range in a usage error), the field of the configuration it sets and
- * where it may be given. Its help line is in the help text below. */
+ * the range in a usage error), the field of the configuration it sets,
+ * where it may be given, and its help. */
 typedef struct {
     const char *name;
     int id;
@@ -55,114 +78,256 @@ typedef struct {
     target to;
     size_t field;   /* offset in ac_config */
     unsigned flags; /* TRAIN_ONLY, PRETRAIN_ONLY, RESUME_OK */
+    option_help help;
 } option_spec;
 
 #define XSTR(x) #x
 #define STR(x) XSTR(x)
 #define AT(path) offsetof(ac_config, path)
-/* The rows by kind. */
-#define FLAG(name, id, flags) {name, id, V_FLAG, 0, 0, 0, 0, 0, NULL, NULL, TO_NONE, 0, flags}
-#define TEXT(name, id, flags) {name, id, V_TEXT, 0, 0, 0, 0, 0, NULL, NULL, TO_NONE, 0, flags}
-#define INT(name, id, lo, hi, words, to, field, flags) \
-    {name, id, V_INT, lo, hi, 0, 0, 0, words, NULL, to, field, flags}
-#define REAL(name, id, lo, hi, open, words, to, field, flags) \
-    {name, id, V_REAL, 0, 0, lo, hi, open, words, NULL, to, field, flags}
-#define NAME(name, id, names, to, field, flags) \
-    {name, id, V_NAME, 0, 0, 0, 0, 0, NULL, &names, to, field, flags}
+/* The rows by kind; the help's fields (option_help) come last, by name. */
+#define FLAG(name, id, flags, ...) \
+    {name, id, V_FLAG, 0, 0, 0, 0, 0, NULL, NULL, TO_NONE, 0, flags, {__VA_ARGS__}}
+#define TEXT(name, id, flags, ...) \
+    {name, id, V_TEXT, 0, 0, 0, 0, 0, NULL, NULL, TO_NONE, 0, flags, {__VA_ARGS__}}
+#define INT(name, id, lo, hi, words, to, field, flags, ...) \
+    {name, id, V_INT, lo, hi, 0, 0, 0, words, NULL, to, field, flags, {__VA_ARGS__}}
+#define REAL(name, id, lo, hi, open, words, to, field, flags, ...) \
+    {name, id, V_REAL, 0, 0, lo, hi, open, words, NULL, to, field, flags, {__VA_ARGS__}}
+#define NAME(name, id, names, to, field, flags, ...) \
+    {name, id, V_NAME, 0, 0, 0, 0, 0, NULL, &names, to, field, flags, {__VA_ARGS__}}
+
+/* Continuation lines of a help text start under the texts' column. */
+#define MORE "\n                         "
+
+/* Pretraining without the option: a small held-out share, evaluations
+ * every so many steps (an epoch of 75,000 reviews is thousands of steps),
+ * no early stop (a preset's values are meant for a classifier). */
+#define PRETRAIN_VAL_SPLIT 0.02
+#define PRETRAIN_EVAL_EVERY 500
+
+static void epochs_auto(char *out, size_t n)
+{
+    snprintf(out, n, "auto: %d, or %d when the median training text is" MORE
+                     "shorter than --crop-max tokens",
+             AC_ADAPT_LONG_EPOCHS, AC_ADAPT_SHORT_EPOCHS);
+}
+
+static void ema_auto(char *out, size_t n)
+{
+    snprintf(out, n, "auto: %g, or %g when the median training text is" MORE
+                     "shorter than --crop-max tokens",
+             (double)AC_ADAPT_LONG_EMA, (double)AC_ADAPT_SHORT_EMA);
+}
 
 _Static_assert(AC_MAX_MEMBERS == 64, "the --members row names the limit");
 
-/* In getopt's order. */
+/* In the order of the help, section by section. */
 static const option_spec OPTIONS[] = {
-    TEXT("config", OPT_CONFIG, BOTH),
-    TEXT("out", OPT_OUT, RESUME_OK),
+    /* Files */
+    TEXT("out", OPT_OUT, RESUME_OK, .short_name = 'o', .section = S_FILES, .arg = "DIR",
+         .text = "output directory (must not hold a model already)"),
+    TEXT("config", OPT_CONFIG, BOTH, .short_name = 'c', .section = S_FILES, .arg = "FILE",
+         .text = "preset to start from (e.g. models/seed.json); the options" MORE
+                 "below override single fields",
+         .pretrain_text = "preset to start from (e.g. models/default.json: its model" MORE
+                          "and tokenizer settings; crops, label smoothing and token" MORE
+                          "dropout are off in pretraining); options override fields"),
+    TEXT("init", OPT_INIT, TRAIN_ONLY, .section = S_FILES, .arg = "DIR",
+         .text = "start from the pretrained encoder in DIR (attnctl pretrain):" MORE
+                 "its tokenizer, vocabulary and weights (embeddings," MORE
+                 "positions, n-gram table, layers); the classifier head is" MORE
+                 "new. Options that would change them are an error"),
+    TEXT("teacher", OPT_TEACHER, TRAIN_ONLY | RESUME_OK, .section = S_FILES,
+         .arg = "DIR[,DIR...]",
+         .text = "self-training: these trained models label the texts" MORE
+                 "of --unlabelled (their probabilities averaged), and the" MORE
+                 "texts they are sure of join the training rows with that" MORE
+                 "label (never the validation rows). A student trained so" MORE
+                 "reads more text than the labelled file holds"),
+    TEXT("unlabelled", OPT_UNLABELLED, TRAIN_ONLY | RESUME_OK, .section = S_FILES, .arg = "FILE",
+         .text = "the texts to label: *.csv[.gz] a CSV with a text column," MORE
+                 "any other name plain text, one a line (gzip too)"),
+    REAL("pseudo-threshold", OPT_PSEUDO_THRESHOLD, 0, 1, 0, "a probability from 0 to 1", TO_NONE,
+         0, TRAIN_ONLY, .section = S_FILES, .arg = "P",
+         .text = "probability a text's label needs to join [{}]",
+         .deflt = STR(DEFAULT_PSEUDO_THRESHOLD)),
+    NAME("format", OPT_FORMAT, ac_text_format_names, TO_NONE, 0, PRETRAIN_ONLY,
+         .section = S_FILES, .arg = "NAME", .text = "auto (by file name), csv or lines [{}]",
+         .deflt = "auto"),
+    TEXT("val-file", OPT_VAL_FILE, TRAIN_ONLY | RESUME_OK, .section = S_FILES, .arg = "FILE",
+         .text = "validation CSV (default: a stratified --val-split share" MORE
+                 "of the training file)"),
+    TEXT("text-column", OPT_TEXT_COLUMN, BOTH, .section = S_FILES, .arg = "NAME", .join = 1,
+         .text = "columns to read", .pretrain_text = "the text column of the CSV files"),
+    TEXT("label-column", OPT_LABEL_COLUMN, TRAIN_ONLY, .section = S_FILES, .arg = "NAME",
+         .text = "columns to read"),
+    TEXT("resume", OPT_RESUME, RESUME_OK, .section = S_FILES, .arg = "DIR",
+         .text = "continue an interrupted run from DIR/checkpoint with its" MORE
+                 "settings and data files (TRAIN and --val-file may be given" MORE
+                 "if they moved; they must be the same data, and so must" MORE
+                 "the texts --teacher chooses again from --unlabelled)",
+         .pretrain_text = "continue an interrupted run from DIR/checkpoint (the text" MORE
+                          "files may be given if they moved; same bytes)"),
+    /* Masking */
+    REAL("mask-frac", OPT_MASK_FRAC, 0, 1, LO_OPEN | HI_OPEN, "a number with 0 < X < 1",
+         TO_DOUBLE, AT(training.mask_frac), PRETRAIN_ONLY, .section = S_MASKING, .arg = "X",
+         .text = "share of the tokens predicted, 0 < X < 1 [{}]"),
+    /* Training */
     INT("epochs", OPT_EPOCHS, 1, 1000000, "an integer from 1 to 1000000", TO_INT,
-        AT(training.epochs), BOTH),
+        AT(training.epochs), BOTH, .section = S_TRAINING, .arg = "N",
+        .text = "passes over the training rows [{}]", .deflt = "auto", .note = epochs_auto,
+        .pretrain_text = "passes over the texts [{}]", .pretrain_deflt = "4"),
     INT("batch-size", OPT_BATCH_SIZE, 1, 65536, "an integer from 1 to 65536", TO_INT,
-        AT(training.batch_size), BOTH),
+        AT(training.batch_size), BOTH, .section = S_TRAINING, .arg = "N",
+        .text = "reviews per step [{}]", .pretrain_text = "texts per step [{}]"),
     INT("micro-batch", OPT_MICRO_BATCH, 1, 65536, "an integer from 1 to 65536", TO_INT,
-        AT(training.micro_batch), BOTH),
+        AT(training.micro_batch), BOTH, .section = S_TRAINING, .arg = "N",
+        .text = "rows of a micro-batch: a step's batch is cut into" MORE
+                "micro-batches by row index, their gradients summed" MORE
+                "exactly (the same model for any number of processes" MORE
+                "under mpirun, at most one per micro-batch) [{}]"),
     REAL("lr", OPT_LR, 0, 10, LO_OPEN, "a number with 0 < X <= 10", TO_FLOAT,
-         AT(training.optim.lr), BOTH),
-    NAME("schedule", OPT_SCHEDULE, ac_schedule_names, TO_INT, AT(training.optim.schedule), BOTH),
+         AT(training.optim.lr), BOTH, .section = S_TRAINING, .arg = "X",
+         .text = "peak learning rate of AdamW [{}]"),
+    NAME("schedule", OPT_SCHEDULE, ac_schedule_names, TO_INT, AT(training.optim.schedule), BOTH,
+         .section = S_TRAINING, .arg = "NAME", .text = "{names} decay after warmup [{}]"),
     /* a fraction sets training.warmup_frac, a step count optim.warmup_steps */
     {"warmup", OPT_WARMUP, V_WARMUP, 0, 0, 0, 1e15, 0,
-     "a fraction 0 <= X < 1, or a whole number of steps", NULL, TO_NONE, 0, BOTH},
+     "a fraction 0 <= X < 1, or a whole number of steps", NULL, TO_NONE, 0, BOTH,
+     {.section = S_TRAINING, .arg = "X",
+      .text = "warmup: a fraction of all steps when X < 1, else a step" MORE "count [{}]",
+      .shown = AT(training.warmup_frac), .shown_as = TO_DOUBLE}},
     REAL("weight-decay", OPT_WEIGHT_DECAY, 0, 10, 0, "a number from 0 to 10", TO_FLOAT,
-         AT(training.optim.weight_decay), BOTH),
+         AT(training.optim.weight_decay), BOTH, .section = S_TRAINING, .arg = "X",
+         .text = "decoupled weight decay of matrices [{}]"),
     REAL("clip", OPT_CLIP, 0, 1e6, 0, "a number from 0 (off) to 10^6", TO_FLOAT,
-         AT(training.optim.clip_norm), BOTH),
-    REAL("dropout", OPT_DROPOUT, 0, 1, HI_OPEN, "a number with 0 <= X < 1", TO_FLOAT,
-         AT(model.dropout), BOTH),
-    INT("max-len", OPT_MAX_LEN, 1, 65536, "an integer from 1 to 65536", TO_INT,
-        AT(model.max_len), BOTH),
-    NAME("truncation", OPT_TRUNCATION, ac_truncation_names, TO_INT, AT(tokenizer.truncation),
-         BOTH),
-    /* sets model.vocab_size and training.vocab_max */
-    INT("vocab-size", OPT_VOCAB_SIZE, 3, 10000000, "an integer from 3 to 10000000", TO_NONE, 0,
-        BOTH),
-    INT("min-count", OPT_MIN_COUNT, 1, 1000000000000L, "an integer from 1 to 10^12", TO_I64,
-        AT(training.min_count), BOTH),
-    NAME("pooling", OPT_POOLING, ac_pooling_names, TO_INT, AT(model.pooling), BOTH),
-    INT("layers", OPT_LAYERS, 1, AC_MAX_LAYERS, "1 to " STR(AC_MAX_LAYERS), TO_INT,
-        AT(model.n_layers), BOTH),
-    INT("d-model", OPT_D_MODEL, 1, 65536, "an integer from 1 to 65536", TO_INT,
-        AT(model.d_model), BOTH),
-    INT("heads", OPT_HEADS, 1, 65536, "an integer from 1 to 65536", TO_INT, AT(model.n_heads),
-        BOTH),
-    INT("ff", OPT_FF, 1, 65536, "an integer from 1 to 65536", TO_INT, AT(model.d_ff), BOTH),
+         AT(training.optim.clip_norm), BOTH, .section = S_TRAINING, .arg = "X",
+         .text = "global gradient-norm clip, 0 = off [{}]"),
     REAL("val-split", OPT_VAL_SPLIT, 0, 1, HI_OPEN, "a number with 0 <= X < 1", TO_DOUBLE,
-         AT(training.val_split), BOTH),
-    TEXT("val-file", OPT_VAL_FILE, TRAIN_ONLY | RESUME_OK),
-    INT("patience", OPT_PATIENCE, 0, 1000000, "an integer from 0 to 1000000", TO_INT,
-        AT(training.patience), BOTH),
+         AT(training.val_split), BOTH, .section = S_TRAINING, .arg = "X",
+         .text = "share of the training file held out, 0 <= X < 1 [{}]",
+         .pretrain_text = "share of the texts held out for the masked-token loss" MORE
+                          "and accuracy, 0 <= X < 1 [{}]",
+         .pretrain_deflt = STR(PRETRAIN_VAL_SPLIT)),
     INT("eval-every", OPT_EVAL_EVERY, 0, 1000000000000L, "an integer from 0 to 10^12", TO_LONG,
-        AT(training.eval_every), BOTH),
+        AT(training.eval_every), BOTH, .section = S_TRAINING, .arg = "N",
+        .text = "steps between evaluations, 0 = once an epoch [{}]",
+        .pretrain_deflt = STR(PRETRAIN_EVAL_EVERY)),
+    INT("patience", OPT_PATIENCE, 0, 1000000, "an integer from 0 to 1000000", TO_INT,
+        AT(training.patience), BOTH, .section = S_TRAINING, .arg = "N",
+        .text = "evaluations without a better validation accuracy before" MORE
+                "stopping, 0 = never [{}]",
+        .pretrain_text = "evaluations without a better masked-token accuracy" MORE
+                         "before stopping, 0 = never [{}]",
+        .pretrain_deflt = "0"),
+    REAL("crop", OPT_CROP, 0, 1, 0, "a number from 0 to 1", TO_DOUBLE, AT(training.crop_frac),
+         TRAIN_ONLY, .section = S_TRAINING, .arg = "X",
+         .text = "share of the reviews cut each epoch to a random span of" MORE
+                 "--crop-min..--crop-max tokens, so short texts are learnt" MORE "too [{}]"),
+    INT("crop-min", OPT_CROP_MIN, 1, 65536, "an integer from 1 to 65536", TO_INT,
+        AT(training.crop_min), TRAIN_ONLY, .section = S_TRAINING, .arg = "N", .join = 1,
+        .text = "span lengths of the crops [{}]"),
+    INT("crop-max", OPT_CROP_MAX, 1, 65536, "an integer from 1 to 65536", TO_INT,
+        AT(training.crop_max), TRAIN_ONLY, .section = S_TRAINING, .arg = "N",
+        .text = "span lengths of the crops [{}]"),
+    REAL("label-smoothing", OPT_LABEL_SMOOTHING, 0, 1, HI_OPEN, "a number with 0 <= X < 1",
+         TO_FLOAT, AT(training.label_smoothing), TRAIN_ONLY, .section = S_TRAINING, .arg = "X",
+         .text = "target (1-X) on the label and X spread over all classes [{}]"),
+    REAL("token-dropout", OPT_TOKEN_DROPOUT, 0, 1, HI_OPEN, "a number with 0 <= X < 1", TO_FLOAT,
+         AT(training.token_dropout), TRAIN_ONLY, .section = S_TRAINING, .arg = "X",
+         .text = "share of training tokens replaced by <unk> [{}]"),
+    INT("members", OPT_MEMBERS, 1, AC_MAX_MEMBERS, "an integer from 1 to 64", TO_INT,
+        AT(training.members), TRAIN_ONLY, .section = S_TRAINING, .arg = "N",
+        .text = "train N models from the same initial weights, each" MORE
+                "with its own shuffle, crops and dropout, and keep the" MORE
+                "mean of their weights (the best member instead if" MORE
+                "the mean reads below every member on validation):" MORE
+                "a model of the usual size, N times the training;" MORE "1 = one model [{}]"),
+    REAL("ema", OPT_EMA, 0, 1, HI_OPEN, "a number with 0 <= X < 1", TO_FLOAT, AT(training.ema),
+         BOTH, .section = S_TRAINING, .arg = "X",
+         .text = "evaluate and save a moving average of the weights with" MORE
+                 "decay X per step; 0 = the weights themselves [{}]",
+         .deflt = "auto", .note = ema_auto, .pretrain_deflt = "0"),
+    INT("max-steps", OPT_MAX_STEPS, 0, LONG_MAX, "an integer >= 0", TO_NONE, 0, RESUME_OK,
+        .section = S_TRAINING, .arg = "N",
+        .text = "stop after N steps in all, 0 = no limit; the schedule still" MORE
+                "spans all epochs, so the run can be resumed and continued"),
+    FLAG("keep-checkpoint", OPT_KEEP_CHECKPOINT, RESUME_OK, .section = S_TRAINING,
+         .text = "keep checkpoint/'s weights, AdamW moments and average when" MORE
+                 "the run finishes (by default they go: nothing can resume" MORE
+                 "a finished run, and they are 4-5 times the model)"),
     {"seed", OPT_SEED, V_SEED, 0, 0, 0, 0, 0, "an integer from 0 to 18446744073709551615", NULL,
-     TO_U64, AT(training.seed), BOTH},
-    INT("threads", OPT_THREADS, 1, 4096, "an integer from 1 to 4096", TO_NONE, 0, RESUME_OK),
-    TEXT("text-column", OPT_TEXT_COLUMN, BOTH),
-    TEXT("label-column", OPT_LABEL_COLUMN, TRAIN_ONLY),
-    INT("max-steps", OPT_MAX_STEPS, 0, LONG_MAX, "an integer >= 0", TO_NONE, 0, RESUME_OK),
-    TEXT("resume", OPT_RESUME, RESUME_OK),
-    NAME("positions", OPT_POSITIONS, ac_positions_names, TO_INT, AT(model.positions), BOTH),
-    INT("ngrams", OPT_NGRAMS, 1, 3, "1, 2 or 3", TO_INT, AT(model.ngram_order), BOTH),
+     TO_U64, AT(training.seed), BOTH,
+     {.section = S_TRAINING, .arg = "N",
+      .text = "seed of every random choice; the same seed gives the same" MORE
+              "model bitwise, whatever --threads [{}]"}},
+    INT("threads", OPT_THREADS, 1, 4096, "an integer from 1 to 4096", TO_NONE, 0, RESUME_OK,
+        .section = S_TRAINING, .arg = "N", .text = "threads to use [{}]", .deflt = "all cores"),
+    /* Model and tokenizer */
+    INT("layers", OPT_LAYERS, 1, AC_MAX_LAYERS, "1 to " STR(AC_MAX_LAYERS), TO_INT,
+        AT(model.n_layers), BOTH, .section = S_MODEL, .arg = "N", .text = "encoder layers [{}]"),
+    INT("d-model", OPT_D_MODEL, 1, 65536, "an integer from 1 to 65536", TO_INT,
+        AT(model.d_model), BOTH, .section = S_MODEL, .arg = "N", .text = "model width [{}]"),
+    INT("heads", OPT_HEADS, 1, 65536, "an integer from 1 to 65536", TO_INT, AT(model.n_heads),
+        BOTH, .section = S_MODEL, .arg = "N", .text = "attention heads, dividing --d-model [{}]"),
+    INT("ff", OPT_FF, 1, 65536, "an integer from 1 to 65536", TO_INT, AT(model.d_ff), BOTH,
+        .section = S_MODEL, .arg = "N", .text = "feed-forward width [{}]"),
+    REAL("dropout", OPT_DROPOUT, 0, 1, HI_OPEN, "a number with 0 <= X < 1", TO_FLOAT,
+         AT(model.dropout), BOTH, .section = S_MODEL, .arg = "X",
+         .text = "dropout probability, 0 <= X < 1 [{}]"),
+    NAME("pooling", OPT_POOLING, ac_pooling_names, TO_INT, AT(model.pooling), BOTH,
+         .section = S_MODEL, .arg = "NAME", .text = "{names} [{}]",
+         .pretrain_text = "cls: the vocabulary gets <cls> and every text starts with it" MORE
+                          "(for a classifier that pools from it); max" MORE
+                          "or mean: it does not [{}]"),
+    NAME("positions", OPT_POSITIONS, ac_positions_names, TO_INT, AT(model.positions), BOTH,
+         .section = S_MODEL, .arg = "NAME",
+         .text = "learned, sinusoidal (the course's fixed table) or none [{}]"),
+    INT("ngrams", OPT_NGRAMS, 1, 3, "1, 2 or 3", TO_INT, AT(model.ngram_order), BOTH,
+        .section = S_MODEL, .arg = "N",
+        .text = "1: words only; 2: + hashed word bigrams; 3: + trigrams [{}]"),
     INT("ngram-buckets", OPT_NGRAM_BUCKETS, 1, 16777216, "an integer from 1 to 16777216",
-        TO_INT, AT(model.ngram_buckets), BOTH),
-    INT("wide", OPT_WIDE, 0, 3, "0, 1, 2 or 3", TO_INT, AT(model.wide_order), TRAIN_ONLY),
+        TO_INT, AT(model.ngram_buckets), BOTH, .section = S_MODEL, .arg = "N",
+        .text = "rows of the hashed n-gram table, with --ngrams 2 or 3 [{}]"),
+    INT("wide", OPT_WIDE, 0, 3, "0, 1, 2 or 3", TO_INT, AT(model.wide_order), TRAIN_ONLY,
+        .section = S_MODEL, .arg = "N",
+        .text = "the wide path: a weight per class for each distinct" MORE
+                "hashed word n-gram up to length N, added to the" MORE "logits; 0: none [{}]"),
     INT("wide-buckets", OPT_WIDE_BUCKETS, 1, 16777216, "an integer from 1 to 16777216", TO_INT,
-        AT(model.wide_buckets), TRAIN_ONLY),
+        AT(model.wide_buckets), TRAIN_ONLY, .section = S_MODEL, .arg = "N",
+        .text = "rows of the wide path's hashed table [{}]"),
     REAL("wide-norm", OPT_WIDE_NORM, 0, 1, 0, "a number from 0 to 1", TO_FLOAT,
-         AT(model.wide_norm), TRAIN_ONLY),
+         AT(model.wide_norm), TRAIN_ONLY, .section = S_MODEL, .arg = "X",
+         .text = "the wide path's sum times (" STR(AC_WIDE_NORM_REF) " / max(n, " STR(
+             AC_WIDE_NORM_FLOOR) "))^X for a" MORE
+                 "text of n distinct n-grams, so that short texts count;" MORE
+                 "0: the plain sum [{}]"),
     /* training.wide_nb, the naive Bayes start of the wide path: off by default
      * and not in --help or attnctl.1 while it is being measured */
     REAL("wide-nb", OPT_WIDE_NB, 0, 100, 0, "a number from 0 to 100", TO_FLOAT,
-         AT(training.wide_nb), TRAIN_ONLY),
-    REAL("crop", OPT_CROP, 0, 1, 0, "a number from 0 to 1", TO_DOUBLE, AT(training.crop_frac),
-         TRAIN_ONLY),
-    INT("crop-min", OPT_CROP_MIN, 1, 65536, "an integer from 1 to 65536", TO_INT,
-        AT(training.crop_min), TRAIN_ONLY),
-    INT("crop-max", OPT_CROP_MAX, 1, 65536, "an integer from 1 to 65536", TO_INT,
-        AT(training.crop_max), TRAIN_ONLY),
-    REAL("label-smoothing", OPT_LABEL_SMOOTHING, 0, 1, HI_OPEN, "a number with 0 <= X < 1",
-         TO_FLOAT, AT(training.label_smoothing), TRAIN_ONLY),
-    REAL("token-dropout", OPT_TOKEN_DROPOUT, 0, 1, HI_OPEN, "a number with 0 <= X < 1", TO_FLOAT,
-         AT(training.token_dropout), TRAIN_ONLY),
-    REAL("ema", OPT_EMA, 0, 1, HI_OPEN, "a number with 0 <= X < 1", TO_FLOAT, AT(training.ema),
-         BOTH),
-    INT("members", OPT_MEMBERS, 1, AC_MAX_MEMBERS, "an integer from 1 to 64", TO_INT,
-        AT(training.members), TRAIN_ONLY),
-    TEXT("init", OPT_INIT, TRAIN_ONLY),
-    TEXT("teacher", OPT_TEACHER, TRAIN_ONLY | RESUME_OK),
-    TEXT("unlabelled", OPT_UNLABELLED, TRAIN_ONLY | RESUME_OK),
-    REAL("pseudo-threshold", OPT_PSEUDO_THRESHOLD, 0, 1, 0, "a probability from 0 to 1", TO_NONE,
-         0, TRAIN_ONLY),
-    REAL("mask-frac", OPT_MASK_FRAC, 0, 1, LO_OPEN | HI_OPEN, "a number with 0 < X < 1",
-         TO_DOUBLE, AT(training.mask_frac), PRETRAIN_ONLY),
-    NAME("format", OPT_FORMAT, ac_text_format_names, TO_NONE, 0, PRETRAIN_ONLY),
-    FLAG("keep-checkpoint", OPT_KEEP_CHECKPOINT, RESUME_OK),
-    FLAG("quiet", OPT_QUIET, RESUME_OK),
-    FLAG("help", OPT_HELP, RESUME_OK),
+         AT(training.wide_nb), TRAIN_ONLY, .section = S_MODEL),
+    INT("max-len", OPT_MAX_LEN, 1, 65536, "an integer from 1 to 65536", TO_INT,
+        AT(model.max_len), BOTH, .section = S_MODEL, .arg = "N",
+        .text = "tokens per review, longer ones are truncated [{}]",
+        .pretrain_text = "tokens per text, longer ones are truncated [{}]"),
+    NAME("truncation", OPT_TRUNCATION, ac_truncation_names, TO_INT, AT(tokenizer.truncation),
+         BOTH, .section = S_MODEL, .arg = "NAME",
+         .text = "{names}: which tokens a long review keeps [{}]",
+         .pretrain_text = "{names}: which tokens a long text keeps [{}]"),
+    /* sets model.vocab_size and training.vocab_max */
+    INT("vocab-size", OPT_VOCAB_SIZE, 3, 10000000, "an integer from 3 to 10000000", TO_NONE, 0,
+        BOTH, .section = S_MODEL, .arg = "N",
+        .text = "vocabulary size including <pad>, <unk> (and <cls>) [{}]",
+        .pretrain_text = "vocabulary size including <pad>, <unk> (and <cls>, <mask>) [{}]",
+        .shown = AT(training.vocab_max), .shown_as = TO_I32),
+    INT("min-count", OPT_MIN_COUNT, 1, 1000000000000L, "an integer from 1 to 10^12", TO_I64,
+        AT(training.min_count), BOTH, .section = S_MODEL, .arg = "N",
+        .text = "minimum count of a vocabulary token [{}]"),
+    /* Output */
+    FLAG("quiet", OPT_QUIET, RESUME_OK, .short_name = 'q', .section = S_OUTPUT,
+         .text = "print nothing but errors"),
+    FLAG("help", OPT_HELP, RESUME_OK, .short_name = 'h', .section = S_OUTPUT,
+         .text = "this text"),
 };
 
 #define N_OPTIONS ((int)(sizeof OPTIONS / sizeof OPTIONS[0]))
@@ -175,141 +340,111 @@ static const option_spec *option_spec_of(int id)
     return NULL;
 }
 
-/* Pretraining without the option: a small held-out share, evaluations
- * every so many steps (an epoch of 75,000 reviews is thousands of steps),
- * no early stop (a preset's values are meant for a classifier). */
-#define PRETRAIN_VAL_SPLIT 0.02
-#define PRETRAIN_EVAL_EVERY 500
-
-/* The options train and pretrain share, with their defaults. */
-void cli_print_training_options(cli_training_kind kind)
+static int shown_in(const option_spec *o, cli_training_kind kind)
 {
-    ac_config d;
-    ac_config_defaults(&d);
-    const ac_train_config *t = &d.training;
-    const int pretrain = kind == CLI_PRETRAIN;
-    char epochs_auto[160], ema_auto[160];
-    snprintf(epochs_auto, sizeof epochs_auto,
-             "                         auto: %d, or %d when the median training text is\n"
-             "                         shorter than --crop-max tokens\n",
-             AC_ADAPT_LONG_EPOCHS, AC_ADAPT_SHORT_EPOCHS);
-    snprintf(ema_auto, sizeof ema_auto,
-             "                         auto: %g, or %g when the median training text is\n"
-             "                         shorter than --crop-max tokens\n",
-             (double)AC_ADAPT_LONG_EMA, (double)AC_ADAPT_SHORT_EMA);
-    printf("Training (defaults in brackets):\n"
-           "      --epochs N         passes over the %s [%s]\n"
-           "%s"
-           "      --batch-size N     %s per step [%d]\n"
-           "      --micro-batch N    rows of a micro-batch: a step's batch is cut into\n"
-           "                         micro-batches by row index, their gradients summed\n"
-           "                         exactly (the same model for any number of processes\n"
-           "                         under mpirun, at most one per micro-batch) [%d]\n"
-           "      --lr X             peak learning rate of AdamW [%g]\n"
-           "      --schedule NAME    cosine, linear or constant decay after warmup [%s]\n"
-           "      --warmup X         warmup: a fraction of all steps when X < 1, else a step\n"
-           "                         count [%g]\n"
-           "      --weight-decay X   decoupled weight decay of matrices [%g]\n"
-           "      --clip X           global gradient-norm clip, 0 = off [%g]\n",
-           pretrain ? "texts" : "training rows",
-           pretrain ? "4" : "auto",
-           pretrain ? "" : epochs_auto,
-           pretrain ? "texts" : "reviews",
-           t->batch_size, t->micro_batch, (double)t->optim.lr,
-           ac_schedule_name(t->optim.schedule),
-           t->warmup_frac, (double)t->optim.weight_decay, (double)t->optim.clip_norm);
-    if (pretrain)
-        printf("      --val-split X      share of the texts held out for the masked-token loss\n"
-               "                         and accuracy, 0 <= X < 1 [%g]\n"
-               "      --eval-every N     steps between evaluations, 0 = once an epoch [%d]\n"
-               "      --patience N       evaluations without a better masked-token accuracy\n"
-               "                         before stopping, 0 = never [0]\n",
-               PRETRAIN_VAL_SPLIT, PRETRAIN_EVAL_EVERY);
-    else
-        printf("      --val-split X      share of the training file held out, 0 <= X < 1 [%g]\n"
-               "      --eval-every N     steps between evaluations, 0 = once an epoch [%ld]\n"
-               "      --patience N       evaluations without a better validation accuracy before\n"
-               "                         stopping, 0 = never [%d]\n"
-               "      --crop X           share of the reviews cut each epoch to a random span of\n"
-               "                         --crop-min..--crop-max tokens, so short texts are learnt\n"
-               "                         too [%g]\n"
-               "      --crop-min N, --crop-max N\n"
-               "                         span lengths of the crops [%d, %d]\n"
-               "      --label-smoothing X  target (1-X) on the label and X spread over all "
-               "classes [%g]\n"
-               "      --token-dropout X  share of training tokens replaced by <unk> [%g]\n"
-               "      --members N        train N models from the same initial weights, each\n"
-               "                         with its own shuffle, crops and dropout, and keep the\n"
-               "                         mean of their weights (the best member instead if\n"
-               "                         the mean reads below every member on validation):\n"
-               "                         a model of the usual size, N times the training;\n"
-               "                         1 = one model [%d]\n",
-               t->val_split, t->eval_every, t->patience, t->crop_frac, t->crop_min, t->crop_max,
-               (double)t->label_smoothing, (double)t->token_dropout, t->members);
-    printf("      --ema X            evaluate and save a moving average of the weights with\n"
-           "                         decay X per step; 0 = the weights themselves [%s]\n"
-           "%s"
-           "      --max-steps N      stop after N steps in all, 0 = no limit; the schedule still\n"
-           "                         spans all epochs, so the run can be resumed and continued\n"
-           "      --keep-checkpoint  keep checkpoint/'s weights, AdamW moments and average when\n"
-           "                         the run finishes (by default they go: nothing can resume\n"
-           "                         a finished run, and they are 4-5 times the model)\n"
-           "      --seed N           seed of every random choice; the same seed gives the same\n"
-           "                         model bitwise, whatever --threads [%llu]\n"
-           "      --threads N        threads to use [all cores]\n"
-           "\n",
-           pretrain ? "0" : "auto", pretrain ? "" : ema_auto,
-           (unsigned long long)t->seed);
-    ac_config_free(&d);
+    return o->help.text && !(o->flags & (kind == CLI_PRETRAIN ? TRAIN_ONLY : PRETRAIN_ONLY));
 }
 
-/* The model and tokenizer options (a fine-tuned model takes the ones that
- * shape the encoder from --init DIR). */
-void cli_print_model_options(cli_training_kind kind)
+/* The default of o in words, from the preset d (pretrain's own where it has them). */
+static void default_words(const option_spec *o, cli_training_kind kind, const ac_config *d,
+                          char *out, size_t n)
+{
+    const option_help *h = &o->help;
+    const char *words = kind == CLI_PRETRAIN && h->pretrain_deflt ? h->pretrain_deflt : h->deflt;
+    if (words) {
+        snprintf(out, n, "%s", words);
+        return;
+    }
+    const size_t at = o->to == TO_NONE ? h->shown : o->field;
+    const int as = o->to == TO_NONE ? h->shown_as : (int)o->to;
+    const void *field = (const char *)d + at;
+    if (o->kind == V_NAME) {
+        snprintf(out, n, "%s", ac_names_name(o->names, *(const int *)field));
+        return;
+    }
+    switch (as) {
+    case TO_INT: snprintf(out, n, "%d", *(const int *)field); break;
+    case TO_I32: snprintf(out, n, "%d", (int)*(const int32_t *)field); break;
+    case TO_LONG: snprintf(out, n, "%ld", *(const long *)field); break;
+    case TO_I64: snprintf(out, n, "%lld", (long long)*(const int64_t *)field); break;
+    case TO_FLOAT: snprintf(out, n, "%g", (double)*(const float *)field); break;
+    case TO_DOUBLE: snprintf(out, n, "%g", *(const double *)field); break;
+    case TO_U64: snprintf(out, n, "%llu", (unsigned long long)*(const uint64_t *)field); break;
+    default: snprintf(out, n, "?"); break;
+    }
+}
+
+/* The text with "{}" as the default and "{names}" as the list of names. */
+static void print_text(const char *text, const char *deflt, const ac_names *names)
+{
+    for (const char *p = text; *p; p++) {
+        if (strncmp(p, "{}", 2) == 0) {
+            fputs(deflt, stdout);
+            p++;
+        } else if (names && strncmp(p, "{names}", 7) == 0) {
+            char list[160];
+            fputs(ac_names_list(names, 0, list, sizeof list), stdout);
+            p += 6;
+        } else {
+            putchar(*p);
+        }
+    }
+}
+
+/* "  -o, --out DIR" or "      --epochs N" */
+static int option_label(const option_spec *o, char *out, size_t n)
+{
+    const option_help *h = &o->help;
+    char shortform[8] = "    ";
+    if (h->short_name)
+        snprintf(shortform, sizeof shortform, "-%c, ", h->short_name);
+    return snprintf(out, n, "  %s--%s%s%s", shortform, o->name, h->arg ? " " : "",
+                    h->arg ? h->arg : "");
+}
+
+/* Every section of the options of train or pretrain, from OPTIONS. */
+static void print_options(cli_training_kind kind)
 {
     ac_config d;
     ac_config_defaults(&d);
-    char wide_help[700] = "";
-    if (kind != CLI_PRETRAIN)
-        snprintf(wide_help, sizeof wide_help,
-                 "      --wide N           the wide path: a weight per class for each distinct\n"
-                 "                         hashed word n-gram up to length N, added to the\n"
-                 "                         logits; 0: none [%d]\n"
-                 "      --wide-buckets N   rows of the wide path's hashed table [%d]\n"
-                 "      --wide-norm X      the wide path's sum times (%d / max(n, %d))^X for a\n"
-                 "                         text of n distinct n-grams, so that short texts count;\n"
-                 "                         0: the plain sum [%g]\n",
-                 d.model.wide_order, d.model.wide_buckets, AC_WIDE_NORM_REF, AC_WIDE_NORM_FLOOR,
-                 (double)d.model.wide_norm);
-    printf("Model and tokenizer:\n"
-           "      --layers N         encoder layers [%d]\n"
-           "      --d-model N        model width [%d]\n"
-           "      --heads N          attention heads, dividing --d-model [%d]\n"
-           "      --ff N             feed-forward width [%d]\n"
-           "      --dropout X        dropout probability, 0 <= X < 1 [%g]\n"
-           "      --pooling NAME     %s [%s]\n"
-           "      --positions NAME   learned, sinusoidal (the course's fixed table) or none [%s]\n"
-           "      --ngrams N         1: words only; 2: + hashed word bigrams; 3: + trigrams [%d]\n"
-           "      --ngram-buckets N  rows of the hashed n-gram table, with --ngrams 2 or 3 [%d]\n"
-           "%s"
-           "      --max-len N        tokens per %s, longer ones are truncated [%d]\n"
-           "      --truncation NAME  head, tail or head+tail: which tokens a long %s keeps [%s]\n"
-           "      --vocab-size N     vocabulary size including <pad>, <unk> (and <cls>%s) [%d]\n"
-           "      --min-count N      minimum count of a vocabulary token [%lld]\n"
-           "\n",
-           d.model.n_layers, d.model.d_model, d.model.n_heads, d.model.d_ff,
-           (double)d.model.dropout,
-           kind == CLI_PRETRAIN ? "cls: the vocabulary gets <cls> and every text starts with it\n"
-                                  "                         (for a classifier that pools from it); "
-                                  "max\n"
-                                  "                         or mean: it does not"
-                                : "max, mean or cls",
-           ac_pooling_name(d.model.pooling), ac_positions_name(d.model.positions),
-           d.model.ngram_order, d.model.ngram_buckets, wide_help,
-           kind == CLI_PRETRAIN ? "text" : "review",
-           d.model.max_len, kind == CLI_PRETRAIN ? "text" : "review",
-           ac_truncation_name(d.tokenizer.truncation), kind == CLI_PRETRAIN ? ", <mask>" : "",
-           d.training.vocab_max, (long long)d.training.min_count);
+    for (int s = 0; s < N_SECTIONS; s++) {
+        int printed = 0;
+        for (int k = 0; k < N_OPTIONS; k++) {
+            const option_spec *o = &OPTIONS[k];
+            const option_help *h = &o->help;
+            if (h->section != s || !shown_in(o, kind))
+                continue;
+            if (!printed++)
+                printf("%s\n", SECTION_TITLE[s]);
+            char label[160], deflt[64];
+            int len = option_label(o, label, sizeof label);
+            default_words(o, kind, &d, deflt, sizeof deflt);
+            const option_spec *next = k + 1 < N_OPTIONS ? &OPTIONS[k + 1] : NULL;
+            if (h->join && next && shown_in(next, kind)) {
+                /* "--crop-min N, --crop-max N" above their one text */
+                char next_label[160], next_deflt[64], both[140];
+                option_label(next, next_label, sizeof next_label);
+                default_words(next, kind, &d, next_deflt, sizeof next_deflt);
+                snprintf(both, sizeof both, "%s, %s", deflt, next_deflt);
+                printf("%s, %s" MORE, label, next_label + 6);
+                print_text(next->help.text, both, next->names);
+                putchar('\n');
+                k++;
+                continue;
+            }
+            printf("%s%*s", label, len < 25 ? 25 - len : 2, "");
+            print_text(kind == CLI_PRETRAIN && h->pretrain_text ? h->pretrain_text : h->text,
+                       deflt, o->names);
+            if (h->note && !(kind == CLI_PRETRAIN && h->pretrain_deflt)) {
+                char note[300];
+                h->note(note, sizeof note);
+                printf(MORE "%s", note);
+            }
+            putchar('\n');
+        }
+        if (printed && s != S_OUTPUT)
+            putchar('\n');
+    }
     ac_config_free(&d);
 }
 
@@ -326,51 +461,21 @@ void train_print_help(void)
            "training.svg (learning curves) and checkpoint/ (to resume). The CSV needs a header;\n"
            "text and label columns are found by name (review/text/sentence,\n"
            "sentiment/label/polarity) unless given.\n"
-           "\n"
-           "Files:\n"
-           "  -o, --out DIR          output directory (must not hold a model already)\n"
-           "  -c, --config FILE      preset to start from (e.g. models/seed.json); the options\n"
-           "                         below override single fields\n"
-           "      --init DIR         start from the pretrained encoder in DIR (attnctl pretrain):\n"
-           "                         its tokenizer, vocabulary and weights (embeddings,\n"
-           "                         positions, n-gram table, layers); the classifier head is\n"
-           "                         new. Options that would change them are an error\n"
-           "      --teacher DIR[,DIR...]  self-training: these trained models label the texts\n"
-           "                         of --unlabelled (their probabilities averaged), and the\n"
-           "                         texts they are sure of join the training rows with that\n"
-           "                         label (never the validation rows). A student trained so\n"
-           "                         reads more text than the labelled file holds\n"
-           "      --unlabelled FILE  the texts to label: *.csv[.gz] a CSV with a text column,\n"
-           "                         any other name plain text, one a line (gzip too)\n"
-           "      --pseudo-threshold P  probability a text's label needs to join [%g]\n"
-           "      --val-file FILE    validation CSV (default: a stratified --val-split share\n"
-           "                         of the training file)\n"
-           "      --text-column NAME, --label-column NAME\n"
-           "                         columns to read\n"
-           "      --resume DIR       continue an interrupted run from DIR/checkpoint with its\n"
-           "                         settings and data files (TRAIN and --val-file may be given\n"
-           "                         if they moved; they must be the same data, and so must\n"
-           "                         the texts --teacher chooses again from --unlabelled)\n"
-           "\n",
-           DEFAULT_PSEUDO_THRESHOLD);
-    cli_print_training_options(CLI_TRAIN);
-    cli_print_model_options(CLI_TRAIN);
-    cli_print_output_help("train");
+           "\n");
+    cli_print_options(CLI_TRAIN);
 }
 
-void cli_print_output_help(const char *cmd)
+void cli_print_options(cli_training_kind kind)
 {
-    printf("Output:\n"
-           "  -q, --quiet            print nothing but errors\n"
-           "  -h, --help             this text\n"
-           "\n"
+    print_options(kind);
+    printf("\n"
            "Progress goes to stderr: a bar on a terminal, one line per evaluation otherwise.\n"
            "Ctrl-C (SIGINT) or SIGTERM finishes the current step, saves a checkpoint and exits\n"
            "with 130 or 143; `attnctl %s --resume DIR` then continues exactly where it was.\n"
            "SIGUSR1 stops the same way (exit 130). Under mpirun use it: `kill -USR1 PID` of\n"
            "mpirun reaches every process, while mpirun answers SIGINT/SIGTERM by killing them.\n"
            "Exit status: 0 done, 1 error, 2 usage error, 130/143 interrupted.\n",
-           cmd);
+           kind == CLI_PRETRAIN ? "pretrain" : "train");
 }
 
 static const char *option_name(int id)
@@ -453,14 +558,22 @@ int train_parse_args(train_args *a, cli_training_kind kind, int argc, char **arg
                                                                     : required_argument,
                                           NULL, OPTIONS[k].id};
     long_options[N_OPTIONS] = (struct option){NULL, 0, NULL, 0};
+    char short_options[2 * N_OPTIONS + 2] = ":"; /* ":o:c:qh" */
+    for (int k = 0, n = 1; k < N_OPTIONS; k++) {
+        if (!OPTIONS[k].help.short_name)
+            continue;
+        short_options[n++] = OPTIONS[k].help.short_name;
+        if (OPTIONS[k].kind != V_FLAG)
+            short_options[n++] = ':';
+        short_options[n] = '\0';
+    }
     int c;
-    while ((c = getopt_long(argc, argv, ":o:c:qh", long_options, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, short_options, long_options, NULL)) != -1) {
         int rc;
+        for (int k = 0; k < N_OPTIONS; k++)
+            if (c < 256 && OPTIONS[k].help.short_name == c)
+                c = OPTIONS[k].id;
         switch (c) {
-        case 'o': c = OPT_OUT; break;
-        case 'c': c = OPT_CONFIG; break;
-        case 'q': c = OPT_QUIET; break;
-        case 'h': c = OPT_HELP; break;
         case ':':
             return cli_usage_error(a->cmd, "option '%s' needs a value", argv[optind - 1]);
         case '?':
@@ -532,6 +645,7 @@ void train_apply_overrides(ac_config *c, const train_args *a)
         switch (o->to) {
         case TO_NONE: break;
         case TO_INT: *(int *)field = (int)x->i; break;
+        case TO_I32: *(int32_t *)field = (int32_t)x->i; break;
         case TO_LONG: *(long *)field = x->i; break;
         case TO_I64: *(int64_t *)field = x->i; break;
         case TO_FLOAT: *(float *)field = (float)x->d; break;
