@@ -54,6 +54,9 @@ typedef struct {
     int64_t n_train, n_val;
     ac_batch_plan plan; /* training batches of epoch plan_epoch */
     int plan_epoch;     /* -1: none */
+    uint64_t run_seed;  /* the seed of the shuffle, crops and dropout of the run in
+                           progress: training.seed, or its member's (set where a run
+                           or member starts: trainer_setup, trainer_next_member) */
     ac_batch_plan val_plan;
     int have_val_plan;
     ac_batch_plan span_plan; /* the same rows cut to short spans */
