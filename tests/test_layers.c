@@ -1299,6 +1299,26 @@ START_TEST(test_crossentropy_stable_for_huge_logits)
 }
 END_TEST
 
+/* A confident, right row: the loss is about e^-margin, far below float's
+ * epsilon next to 1. It must stay that small positive number (log1p of the
+ * other terms), not round to 0, or every confident model's validation
+ * loss reads 0 and no longer ranks them. */
+START_TEST(test_crossentropy_confident_loss_positive)
+{
+    const float logits[CE_B * 2] = {0, 30, 25, 0, -3, 17, 40, 20};
+    const int32_t labels[CE_B] = {1, 0, 1, 0};
+    float probs[CE_B * 2], losses[CE_B];
+    crossentropy_forward(losses, probs, logits, labels, CE_B, 2, 0.0f);
+    for (int b = 0; b < CE_B; b++) {
+        /* the label holds the larger logit: -log p = log1p(e^-(margin)) */
+        const float *x = logits + b * 2;
+        double want = log1p(exp(-fabs((double)x[0] - x[1])));
+        ck_assert_msg(losses[b] > 0 && fabs(losses[b] - want) <= 1e-5 * want,
+                      "row %d: loss %.9g, want %.9g", b, (double)losses[b], want);
+    }
+}
+END_TEST
+
 /* ------------------------------------------- masked-LM head: gather, big softmax */
 
 typedef struct {
@@ -1586,6 +1606,7 @@ int main(void)
     tcase_add_test(tc, test_gather_rows_gradient);
     tcase_add_test(tc, test_softmax_xent_inplace);
     tcase_add_test(tc, test_crossentropy_stable_for_huge_logits);
+    tcase_add_test(tc, test_crossentropy_confident_loss_positive);
     tcase_add_test(tc, test_thread_count_does_not_change_results);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -4,24 +4,29 @@
 #include <math.h>
 
 /* Stable softmax of one row; returns log(sum(exp(x - max))) and the row max
- * (logsumexp = max + that; kept apart for an accurate loss). */
+ * (logsumexp = max + that; kept apart for an accurate loss). The sum is 1
+ * (the largest logit's term) plus the rest, and its log is log1p(rest): a
+ * confident row's loss (rest below float's epsilon) stays a small positive
+ * number instead of rounding to 0, so validation losses still rank models. */
 static float softmax_row(float *p, const float *x, int C, float *row_max)
 {
-    float maxval = x[0];
+    int top = 0;
     for (int c = 1; c < C; c++)
-        if (x[c] > maxval)
-            maxval = x[c];
-    float sum = 0.0f;
+        if (x[c] > x[top])
+            top = c;
+    const float maxval = x[top];
+    float rest = 0.0f;
     for (int c = 0; c < C; c++) {
-        p[c] = expf(x[c] - maxval);
-        sum += p[c];
+        p[c] = c == top ? 1.0f : expf(x[c] - maxval);
+        if (c != top)
+            rest += p[c];
     }
-    float inv = 1.0f / sum;
+    float inv = 1.0f / (1.0f + rest);
     for (int c = 0; c < C; c++)
         p[c] *= inv;
     if (row_max)
         *row_max = maxval;
-    return logf(sum);
+    return log1pf(rest);
 }
 
 float crossentropy_forward(float *losses, float *probs, const float *logits, const int32_t *labels,

@@ -60,7 +60,8 @@ static void report_evaluation(trainer *t, const session_stats *s, const ac_metri
  * model, resumable checkpoint. The order matters for crashes: the metrics
  * line first (dropped on resume if the checkpoint did not follow), then the
  * best model, then the checkpoint that records it as best. */
-int trainer_evaluate_and_save(trainer *t, session_stats *s, ac_train_result *res, ac_err *err)
+int trainer_evaluate_and_save(trainer *t, session_stats *s, int at_stop, ac_train_result *res,
+                              ac_err *err)
 {
     /* With averaging, the average is what is evaluated and kept as the model.
      * The checkpoint keeps the trained weights, which the evaluation then
@@ -90,13 +91,20 @@ int trainer_evaluate_and_save(trainer *t, session_stats *s, ac_train_result *res
          * on the same weights, so it goes on as if never stopped. */
         if (t->have_ema)
             ac_ema_swap_out(&t->ema, &t->model);
-        st->eval_pending = 1;
-        return 0;
+        st->eval_pending = !at_stop; /* a stop's own evaluation is not owed */
+        return TRAINER_EVAL_ABANDONED;
     }
     st->eval_pending = 0;
     p.elapsed_s = t->elapsed_base + (ac_now_s() - s->t0);
     int improved;
-    if (t->n_val > 0) {
+    if (t->n_val > 0 && at_stop) {
+        /* A run stopped by --max-steps and resumed must keep the model and
+         * stop early where the unbroken run does, which has no evaluation
+         * at this step: this one is logged, and saves the model only when
+         * none is saved yet (so that the stopped session leaves one),
+         * without becoming the figure to beat or counting for patience. */
+        improved = st->best_step < 0;
+    } else if (t->n_val > 0) {
         improved = p.val_accuracy > st->best_metric;
         if (improved) {
             st->best_metric = p.val_accuracy;

@@ -105,15 +105,21 @@ static int run_single(trainer *t, session_stats *s, ac_train_result *res, int *e
         int epoch_ended = t->state.epoch != epoch_before;
         int due = tc->eval_every > 0 ? t->state.step % tc->eval_every == 0 : epoch_ended;
         /* The run's last step is always evaluated, so its model is kept. */
-        if (t->state.epoch >= tc->epochs ||
-            (o->max_steps > 0 && trainer_global_step(t) >= o->max_steps))
+        if (t->state.epoch >= tc->epochs)
             due = 1;
-        if (due && trainer_evaluate_and_save(t, s, res, err))
-            return -1;
-        /* The evaluation was cut short by a stop: before the checks above,
-         * which could otherwise end the run as finished without it. */
-        if (t->state.eval_pending)
-            return interrupted(t, res, err);
+        /* So is the last step of a session that --max-steps ends, but only
+         * provisionally (trainer_evaluate_and_save): the run that goes on
+         * has no evaluation here. */
+        const int at_stop = !due && o->max_steps > 0 && trainer_global_step(t) >= o->max_steps;
+        if (due || at_stop) {
+            int rc = trainer_evaluate_and_save(t, s, at_stop, res, err);
+            if (rc < 0)
+                return -1;
+            /* Cut short by a stop: before the checks above, which could
+             * otherwise end the run as finished without it. */
+            if (rc == TRAINER_EVAL_ABANDONED)
+                return interrupted(t, res, err);
+        }
     }
 }
 
@@ -127,9 +133,10 @@ static int run(trainer *t, ac_train_result *res, ac_err *err)
     trainer_report(t, &ev);
     /* A stop cut the evaluation of this step short: it comes first. */
     if (t->state.eval_pending) {
-        if (trainer_evaluate_and_save(t, &s, res, err))
+        int rc = trainer_evaluate_and_save(t, &s, 0, res, err);
+        if (rc < 0)
             return -1;
-        if (t->state.eval_pending) /* cut short again */
+        if (rc == TRAINER_EVAL_ABANDONED) /* cut short again */
             return interrupted(t, res, err);
     }
 

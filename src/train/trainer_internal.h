@@ -234,8 +234,13 @@ int trainer_step(trainer *t, session_stats *s, ac_err *err);
 /* ---- evaluate.c: evaluations during training ---- */
 /* What an evaluation pass returns when it was abandoned. */
 #define TRAINER_EVAL_ABANDONED 1
-/* Evaluates, then writes the metrics, the best model and the checkpoint. */
-int trainer_evaluate_and_save(trainer *t, session_stats *s, ac_train_result *res, ac_err *err);
+/* Evaluates, then writes the metrics, the best model and the checkpoint:
+ * 0, TRAINER_EVAL_ABANDONED (asked to stop; a due evaluation is then owed,
+ * state.eval_pending) or -1. at_stop: the evaluation is only there because
+ * this session stops (--max-steps), and leaves the best model, its figure
+ * and early stopping as an unbroken run has them. */
+int trainer_evaluate_and_save(trainer *t, session_stats *s, int at_stop, ac_train_result *res,
+                              ac_err *err);
 /* The members' average (in the model): evaluated, its temperature fitted,
  * saved as the model with its reliability diagram, logged, and the run
  * marked as over (state.member = members) in the checkpoint. */
