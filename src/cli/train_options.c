@@ -30,6 +30,7 @@ typedef enum {
     V_NAME,   /* one of the names parse_name knows */
     V_SEED,   /* a 64-bit seed */
     V_WARMUP, /* a fraction, or a whole number of steps */
+    V_SETTING, /* a number of config.json: its kind, range and field are the key's */
 } value_kind;
 
 /* Where the value goes in the preset (train_apply_overrides); TO_NONE: the
@@ -78,6 +79,7 @@ typedef struct {
     target to;
     size_t field;   /* offset in ac_config */
     unsigned flags; /* TRAIN_ONLY, PRETRAIN_ONLY, RESUME_OK */
+    const char *key; /* V_SETTING: the config.json key ("training.epochs") */
     option_help help;
 } option_spec;
 
@@ -86,15 +88,18 @@ typedef struct {
 #define AT(path) offsetof(ac_config, path)
 /* The rows by kind; the help's fields (option_help) come last, by name. */
 #define FLAG(name, id, flags, ...) \
-    {name, id, V_FLAG, 0, 0, 0, 0, 0, NULL, NULL, TO_NONE, 0, flags, {__VA_ARGS__}}
+    {name, id, V_FLAG, 0, 0, 0, 0, 0, NULL, NULL, TO_NONE, 0, flags, NULL, {__VA_ARGS__}}
 #define TEXT(name, id, flags, ...) \
-    {name, id, V_TEXT, 0, 0, 0, 0, 0, NULL, NULL, TO_NONE, 0, flags, {__VA_ARGS__}}
+    {name, id, V_TEXT, 0, 0, 0, 0, 0, NULL, NULL, TO_NONE, 0, flags, NULL, {__VA_ARGS__}}
 #define INT(name, id, lo, hi, words, to, field, flags, ...) \
-    {name, id, V_INT, lo, hi, 0, 0, 0, words, NULL, to, field, flags, {__VA_ARGS__}}
+    {name, id, V_INT, lo, hi, 0, 0, 0, words, NULL, to, field, flags, NULL, {__VA_ARGS__}}
 #define REAL(name, id, lo, hi, open, words, to, field, flags, ...) \
-    {name, id, V_REAL, 0, 0, lo, hi, open, words, NULL, to, field, flags, {__VA_ARGS__}}
+    {name, id, V_REAL, 0, 0, lo, hi, open, words, NULL, to, field, flags, NULL, {__VA_ARGS__}}
+/* A number of config.json: the option takes the key's range and sets its field. */
+#define SET(name, id, key, flags, ...) \
+    {name, id, V_SETTING, 0, 0, 0, 0, 0, NULL, NULL, TO_NONE, 0, flags, key, {__VA_ARGS__}}
 #define NAME(name, id, names, to, field, flags, ...) \
-    {name, id, V_NAME, 0, 0, 0, 0, 0, NULL, &names, to, field, flags, {__VA_ARGS__}}
+    {name, id, V_NAME, 0, 0, 0, 0, 0, NULL, &names, to, field, flags, NULL, {__VA_ARGS__}}
 
 /* Continuation lines of a help text start under the texts' column. */
 #define MORE "\n                         "
@@ -118,8 +123,6 @@ static void ema_auto(char *out, size_t n)
                      "shorter than --crop-max tokens",
              (double)AC_ADAPT_LONG_EMA, (double)AC_ADAPT_SHORT_EMA);
 }
-
-_Static_assert(AC_MAX_MEMBERS == 64, "the --members row names the limit");
 
 /* In the order of the help, section by section. */
 static const option_spec OPTIONS[] = {
@@ -169,82 +172,65 @@ static const option_spec OPTIONS[] = {
          .pretrain_text = "continue an interrupted run from DIR/checkpoint (the text" MORE
                           "files may be given if they moved; same bytes)"),
     /* Masking */
-    REAL("mask-frac", OPT_MASK_FRAC, 0, 1, LO_OPEN | HI_OPEN, "a number with 0 < X < 1",
-         TO_DOUBLE, AT(training.mask_frac), PRETRAIN_ONLY, .section = S_MASKING, .arg = "X",
+    SET("mask-frac", OPT_MASK_FRAC, "training.mask_frac", PRETRAIN_ONLY, .section = S_MASKING, .arg = "X",
          .text = "share of the tokens predicted, 0 < X < 1 [{}]"),
     /* Training */
-    INT("epochs", OPT_EPOCHS, 1, 1000000, "an integer from 1 to 1000000", TO_INT,
-        AT(training.epochs), BOTH, .section = S_TRAINING, .arg = "N",
+    SET("epochs", OPT_EPOCHS, "training.epochs", BOTH, .section = S_TRAINING, .arg = "N",
         .text = "passes over the training rows [{}]", .deflt = "auto", .note = epochs_auto,
         .pretrain_text = "passes over the texts [{}]", .pretrain_deflt = "4"),
-    INT("batch-size", OPT_BATCH_SIZE, 1, 65536, "an integer from 1 to 65536", TO_INT,
-        AT(training.batch_size), BOTH, .section = S_TRAINING, .arg = "N",
+    SET("batch-size", OPT_BATCH_SIZE, "training.batch_size", BOTH, .section = S_TRAINING, .arg = "N",
         .text = "reviews per step [{}]", .pretrain_text = "texts per step [{}]"),
-    INT("micro-batch", OPT_MICRO_BATCH, 1, 65536, "an integer from 1 to 65536", TO_INT,
-        AT(training.micro_batch), BOTH, .section = S_TRAINING, .arg = "N",
+    SET("micro-batch", OPT_MICRO_BATCH, "training.micro_batch", BOTH, .section = S_TRAINING, .arg = "N",
         .text = "rows of a micro-batch: a step's batch is cut into" MORE
                 "micro-batches by row index, their gradients summed" MORE
                 "exactly (the same model for any number of processes" MORE
                 "under mpirun, at most one per micro-batch) [{}]"),
-    REAL("lr", OPT_LR, 0, 10, LO_OPEN, "a number with 0 < X <= 10", TO_FLOAT,
-         AT(training.optim.lr), BOTH, .section = S_TRAINING, .arg = "X",
+    SET("lr", OPT_LR, "training.lr", BOTH, .section = S_TRAINING, .arg = "X",
          .text = "peak learning rate of AdamW [{}]"),
     NAME("schedule", OPT_SCHEDULE, ac_schedule_names, TO_INT, AT(training.optim.schedule), BOTH,
          .section = S_TRAINING, .arg = "NAME", .text = "{names} decay after warmup [{}]"),
     /* a fraction sets training.warmup_frac, a step count optim.warmup_steps */
     {"warmup", OPT_WARMUP, V_WARMUP, 0, 0, 0, 1e15, 0,
-     "a fraction 0 <= X < 1, or a whole number of steps", NULL, TO_NONE, 0, BOTH,
+     "a fraction 0 <= X < 1, or a whole number of steps", NULL, TO_NONE, 0, BOTH, NULL,
      {.section = S_TRAINING, .arg = "X",
       .text = "warmup: a fraction of all steps when X < 1, else a step" MORE "count [{}]",
       .shown = AT(training.warmup_frac), .shown_as = TO_DOUBLE}},
-    REAL("weight-decay", OPT_WEIGHT_DECAY, 0, 10, 0, "a number from 0 to 10", TO_FLOAT,
-         AT(training.optim.weight_decay), BOTH, .section = S_TRAINING, .arg = "X",
+    SET("weight-decay", OPT_WEIGHT_DECAY, "training.weight_decay", BOTH, .section = S_TRAINING, .arg = "X",
          .text = "decoupled weight decay of matrices [{}]"),
-    REAL("clip", OPT_CLIP, 0, 1e6, 0, "a number from 0 (off) to 10^6", TO_FLOAT,
-         AT(training.optim.clip_norm), BOTH, .section = S_TRAINING, .arg = "X",
+    SET("clip", OPT_CLIP, "training.clip_norm", BOTH, .section = S_TRAINING, .arg = "X",
          .text = "global gradient-norm clip, 0 = off [{}]"),
-    REAL("val-split", OPT_VAL_SPLIT, 0, 1, HI_OPEN, "a number with 0 <= X < 1", TO_DOUBLE,
-         AT(training.val_split), BOTH, .section = S_TRAINING, .arg = "X",
+    SET("val-split", OPT_VAL_SPLIT, "training.val_split", BOTH, .section = S_TRAINING, .arg = "X",
          .text = "share of the training file held out, 0 <= X < 1 [{}]",
          .pretrain_text = "share of the texts held out for the masked-token loss" MORE
                           "and accuracy, 0 <= X < 1 [{}]",
          .pretrain_deflt = STR(PRETRAIN_VAL_SPLIT)),
-    INT("eval-every", OPT_EVAL_EVERY, 0, 1000000000000L, "an integer from 0 to 10^12", TO_LONG,
-        AT(training.eval_every), BOTH, .section = S_TRAINING, .arg = "N",
+    SET("eval-every", OPT_EVAL_EVERY, "training.eval_every", BOTH, .section = S_TRAINING, .arg = "N",
         .text = "steps between evaluations, 0 = once an epoch [{}]",
         .pretrain_deflt = STR(PRETRAIN_EVAL_EVERY)),
-    INT("patience", OPT_PATIENCE, 0, 1000000, "an integer from 0 to 1000000", TO_INT,
-        AT(training.patience), BOTH, .section = S_TRAINING, .arg = "N",
+    SET("patience", OPT_PATIENCE, "training.patience", BOTH, .section = S_TRAINING, .arg = "N",
         .text = "evaluations without a better validation accuracy before" MORE
                 "stopping, 0 = never [{}]",
         .pretrain_text = "evaluations without a better masked-token accuracy" MORE
                          "before stopping, 0 = never [{}]",
         .pretrain_deflt = "0"),
-    REAL("crop", OPT_CROP, 0, 1, 0, "a number from 0 to 1", TO_DOUBLE, AT(training.crop_frac),
-         TRAIN_ONLY, .section = S_TRAINING, .arg = "X",
+    SET("crop", OPT_CROP, "training.crop_frac", TRAIN_ONLY, .section = S_TRAINING, .arg = "X",
          .text = "share of the reviews cut each epoch to a random span of" MORE
                  "--crop-min..--crop-max tokens, so short texts are learnt" MORE "too [{}]"),
-    INT("crop-min", OPT_CROP_MIN, 1, 65536, "an integer from 1 to 65536", TO_INT,
-        AT(training.crop_min), TRAIN_ONLY, .section = S_TRAINING, .arg = "N", .join = 1,
+    SET("crop-min", OPT_CROP_MIN, "training.crop_min", TRAIN_ONLY, .section = S_TRAINING, .arg = "N", .join = 1,
         .text = "span lengths of the crops [{}]"),
-    INT("crop-max", OPT_CROP_MAX, 1, 65536, "an integer from 1 to 65536", TO_INT,
-        AT(training.crop_max), TRAIN_ONLY, .section = S_TRAINING, .arg = "N",
+    SET("crop-max", OPT_CROP_MAX, "training.crop_max", TRAIN_ONLY, .section = S_TRAINING, .arg = "N",
         .text = "span lengths of the crops [{}]"),
-    REAL("label-smoothing", OPT_LABEL_SMOOTHING, 0, 1, HI_OPEN, "a number with 0 <= X < 1",
-         TO_FLOAT, AT(training.label_smoothing), TRAIN_ONLY, .section = S_TRAINING, .arg = "X",
+    SET("label-smoothing", OPT_LABEL_SMOOTHING, "training.label_smoothing", TRAIN_ONLY, .section = S_TRAINING, .arg = "X",
          .text = "target (1-X) on the label and X spread over all classes [{}]"),
-    REAL("token-dropout", OPT_TOKEN_DROPOUT, 0, 1, HI_OPEN, "a number with 0 <= X < 1", TO_FLOAT,
-         AT(training.token_dropout), TRAIN_ONLY, .section = S_TRAINING, .arg = "X",
+    SET("token-dropout", OPT_TOKEN_DROPOUT, "training.token_dropout", TRAIN_ONLY, .section = S_TRAINING, .arg = "X",
          .text = "share of training tokens replaced by <unk> [{}]"),
-    INT("members", OPT_MEMBERS, 1, AC_MAX_MEMBERS, "an integer from 1 to 64", TO_INT,
-        AT(training.members), TRAIN_ONLY, .section = S_TRAINING, .arg = "N",
+    SET("members", OPT_MEMBERS, "training.members", TRAIN_ONLY, .section = S_TRAINING, .arg = "N",
         .text = "train N models from the same initial weights, each" MORE
                 "with its own shuffle, crops and dropout, and keep the" MORE
                 "mean of their weights (the best member instead if" MORE
                 "the mean reads below every member on validation):" MORE
                 "a model of the usual size, N times the training;" MORE "1 = one model [{}]"),
-    REAL("ema", OPT_EMA, 0, 1, HI_OPEN, "a number with 0 <= X < 1", TO_FLOAT, AT(training.ema),
-         BOTH, .section = S_TRAINING, .arg = "X",
+    SET("ema", OPT_EMA, "training.ema", BOTH, .section = S_TRAINING, .arg = "X",
          .text = "evaluate and save a moving average of the weights with" MORE
                  "decay X per step; 0 = the weights themselves [{}]",
          .deflt = "auto", .note = ema_auto, .pretrain_deflt = "0"),
@@ -257,23 +243,19 @@ static const option_spec OPTIONS[] = {
                  "the run finishes (by default they go: nothing can resume" MORE
                  "a finished run, and they are 4-5 times the model)"),
     {"seed", OPT_SEED, V_SEED, 0, 0, 0, 0, 0, "an integer from 0 to 18446744073709551615", NULL,
-     TO_U64, AT(training.seed), BOTH,
+     TO_U64, AT(training.seed), BOTH, NULL,
      {.section = S_TRAINING, .arg = "N",
       .text = "seed of every random choice; the same seed gives the same" MORE
               "model bitwise, whatever --threads [{}]"}},
     INT("threads", OPT_THREADS, 1, 4096, "an integer from 1 to 4096", TO_NONE, 0, RESUME_OK,
         .section = S_TRAINING, .arg = "N", .text = "threads to use [{}]", .deflt = "all cores"),
     /* Model and tokenizer */
-    INT("layers", OPT_LAYERS, 1, AC_MAX_LAYERS, "1 to " STR(AC_MAX_LAYERS), TO_INT,
-        AT(model.n_layers), BOTH, .section = S_MODEL, .arg = "N", .text = "encoder layers [{}]"),
-    INT("d-model", OPT_D_MODEL, 1, 65536, "an integer from 1 to 65536", TO_INT,
-        AT(model.d_model), BOTH, .section = S_MODEL, .arg = "N", .text = "model width [{}]"),
-    INT("heads", OPT_HEADS, 1, 65536, "an integer from 1 to 65536", TO_INT, AT(model.n_heads),
-        BOTH, .section = S_MODEL, .arg = "N", .text = "attention heads, dividing --d-model [{}]"),
-    INT("ff", OPT_FF, 1, 65536, "an integer from 1 to 65536", TO_INT, AT(model.d_ff), BOTH,
+    SET("layers", OPT_LAYERS, "model.n_layers", BOTH, .section = S_MODEL, .arg = "N", .text = "encoder layers [{}]"),
+    SET("d-model", OPT_D_MODEL, "model.d_model", BOTH, .section = S_MODEL, .arg = "N", .text = "model width [{}]"),
+    SET("heads", OPT_HEADS, "model.n_heads", BOTH, .section = S_MODEL, .arg = "N", .text = "attention heads, dividing --d-model [{}]"),
+    SET("ff", OPT_FF, "model.d_ff", BOTH,
         .section = S_MODEL, .arg = "N", .text = "feed-forward width [{}]"),
-    REAL("dropout", OPT_DROPOUT, 0, 1, HI_OPEN, "a number with 0 <= X < 1", TO_FLOAT,
-         AT(model.dropout), BOTH, .section = S_MODEL, .arg = "X",
+    SET("dropout", OPT_DROPOUT, "model.dropout", BOTH, .section = S_MODEL, .arg = "X",
          .text = "dropout probability, 0 <= X < 1 [{}]"),
     NAME("pooling", OPT_POOLING, ac_pooling_names, TO_INT, AT(model.pooling), BOTH,
          .section = S_MODEL, .arg = "NAME", .text = "{names} [{}]",
@@ -283,45 +265,37 @@ static const option_spec OPTIONS[] = {
     NAME("positions", OPT_POSITIONS, ac_positions_names, TO_INT, AT(model.positions), BOTH,
          .section = S_MODEL, .arg = "NAME",
          .text = "learned, sinusoidal (the course's fixed table) or none [{}]"),
-    INT("ngrams", OPT_NGRAMS, 1, 3, "1, 2 or 3", TO_INT, AT(model.ngram_order), BOTH,
+    SET("ngrams", OPT_NGRAMS, "model.ngram_order", BOTH,
         .section = S_MODEL, .arg = "N",
         .text = "1: words only; 2: + hashed word bigrams; 3: + trigrams [{}]"),
-    INT("ngram-buckets", OPT_NGRAM_BUCKETS, 1, 16777216, "an integer from 1 to 16777216",
-        TO_INT, AT(model.ngram_buckets), BOTH, .section = S_MODEL, .arg = "N",
+    SET("ngram-buckets", OPT_NGRAM_BUCKETS, "model.ngram_buckets", BOTH, .section = S_MODEL, .arg = "N",
         .text = "rows of the hashed n-gram table, with --ngrams 2 or 3 [{}]"),
-    INT("wide", OPT_WIDE, 0, 3, "0, 1, 2 or 3", TO_INT, AT(model.wide_order), TRAIN_ONLY,
+    SET("wide", OPT_WIDE, "model.wide_order", TRAIN_ONLY,
         .section = S_MODEL, .arg = "N",
         .text = "the wide path: a weight per class for each distinct" MORE
                 "hashed word n-gram up to length N, added to the" MORE "logits; 0: none [{}]"),
-    INT("wide-buckets", OPT_WIDE_BUCKETS, 1, 16777216, "an integer from 1 to 16777216", TO_INT,
-        AT(model.wide_buckets), TRAIN_ONLY, .section = S_MODEL, .arg = "N",
+    SET("wide-buckets", OPT_WIDE_BUCKETS, "model.wide_buckets", TRAIN_ONLY, .section = S_MODEL, .arg = "N",
         .text = "rows of the wide path's hashed table [{}]"),
-    REAL("wide-norm", OPT_WIDE_NORM, 0, 1, 0, "a number from 0 to 1", TO_FLOAT,
-         AT(model.wide_norm), TRAIN_ONLY, .section = S_MODEL, .arg = "X",
+    SET("wide-norm", OPT_WIDE_NORM, "model.wide_norm", TRAIN_ONLY, .section = S_MODEL, .arg = "X",
          .text = "the wide path's sum times (" STR(AC_WIDE_NORM_REF) " / max(n, " STR(
              AC_WIDE_NORM_FLOOR) "))^X for a" MORE
                  "text of n distinct n-grams, so that short texts count;" MORE
                  "0: the plain sum [{}]"),
     /* training.wide_nb, the naive Bayes start of the wide path: off by default
      * and not in --help or attnctl.1 while it is being measured */
-    REAL("wide-nb", OPT_WIDE_NB, 0, 100, 0, "a number from 0 to 100", TO_FLOAT,
-         AT(training.wide_nb), TRAIN_ONLY, .section = S_MODEL),
-    INT("max-len", OPT_MAX_LEN, 1, 65536, "an integer from 1 to 65536", TO_INT,
-        AT(model.max_len), BOTH, .section = S_MODEL, .arg = "N",
+    SET("wide-nb", OPT_WIDE_NB, "training.wide_nb", TRAIN_ONLY, .section = S_MODEL),
+    SET("max-len", OPT_MAX_LEN, "model.max_len", BOTH, .section = S_MODEL, .arg = "N",
         .text = "tokens per review, longer ones are truncated [{}]",
         .pretrain_text = "tokens per text, longer ones are truncated [{}]"),
     NAME("truncation", OPT_TRUNCATION, ac_truncation_names, TO_INT, AT(tokenizer.truncation),
          BOTH, .section = S_MODEL, .arg = "NAME",
          .text = "{names}: which tokens a long review keeps [{}]",
          .pretrain_text = "{names}: which tokens a long text keeps [{}]"),
-    /* sets model.vocab_size and training.vocab_max */
-    INT("vocab-size", OPT_VOCAB_SIZE, 3, 10000000, "an integer from 3 to 10000000", TO_NONE, 0,
-        BOTH, .section = S_MODEL, .arg = "N",
+    /* sets training.vocab_max, and model.vocab_size with it (train_apply_overrides) */
+    SET("vocab-size", OPT_VOCAB_SIZE, "training.vocab_max", BOTH, .section = S_MODEL, .arg = "N",
         .text = "vocabulary size including <pad>, <unk> (and <cls>) [{}]",
-        .pretrain_text = "vocabulary size including <pad>, <unk> (and <cls>, <mask>) [{}]",
-        .shown = AT(training.vocab_max), .shown_as = TO_I32),
-    INT("min-count", OPT_MIN_COUNT, 1, 1000000000000L, "an integer from 1 to 10^12", TO_I64,
-        AT(training.min_count), BOTH, .section = S_MODEL, .arg = "N",
+        .pretrain_text = "vocabulary size including <pad>, <unk> (and <cls>, <mask>) [{}]"),
+    SET("min-count", OPT_MIN_COUNT, "training.min_count", BOTH, .section = S_MODEL, .arg = "N",
         .text = "minimum count of a vocabulary token [{}]"),
     /* Output */
     FLAG("quiet", OPT_QUIET, RESUME_OK, .short_name = 'q', .section = S_OUTPUT,
@@ -340,6 +314,62 @@ static const option_spec *option_spec_of(int id)
     return NULL;
 }
 
+/* A bound in a usage error: 10^k for large powers of ten. */
+static void bound_words(char *out, size_t n, double x, int integer)
+{
+    double k = x >= 1e6 ? round(log10(x)) : 0;
+    if (k > 0 && x == pow(10, k) && (!integer || k >= 9))
+        snprintf(out, n, "10^%d", (int)k);
+    else
+        snprintf(out, n, integer ? "%.0f" : "%g", x);
+}
+
+/* A row as the parser and the help use it: for a setting (V_SETTING), the
+ * kind, range, words, field and type of its config.json key, so that an
+ * option and its key take the same values. */
+typedef struct {
+    option_spec o;
+    char words[96];
+} resolved_option;
+
+static int resolve(const option_spec *row, resolved_option *r)
+{
+    r->o = *row;
+    if (row->kind != V_SETTING)
+        return 0;
+    ac_setting st;
+    if (ac_config_setting(row->key, &st))
+        return -1;
+    static const target to[] = {[AC_SETTING_INT] = TO_INT,     [AC_SETTING_I32] = TO_I32,
+                                [AC_SETTING_LONG] = TO_LONG,   [AC_SETTING_I64] = TO_I64,
+                                [AC_SETTING_FLOAT] = TO_FLOAT, [AC_SETTING_DOUBLE] = TO_DOUBLE};
+    const int integer = st.type != AC_SETTING_FLOAT && st.type != AC_SETTING_DOUBLE;
+    option_spec *o = &r->o;
+    o->to = to[st.type];
+    o->field = st.offset;
+    o->open = (st.lo_open ? LO_OPEN : 0) | (st.hi_open ? HI_OPEN : 0);
+    char lo[32], hi[32];
+    bound_words(lo, sizeof lo, st.lo, integer);
+    bound_words(hi, sizeof hi, st.hi, integer);
+    if (integer) {
+        o->kind = V_INT;
+        o->ilo = (long)st.lo;
+        o->ihi = (long)st.hi;
+        snprintf(r->words, sizeof r->words, "an integer from %s to %s", lo, hi);
+    } else {
+        o->kind = V_REAL;
+        o->lo = st.lo;
+        o->hi = st.hi;
+        if (o->open)
+            snprintf(r->words, sizeof r->words, "a number with %s %s X %s %s", lo,
+                     st.lo_open ? "<" : "<=", st.hi_open ? "<" : "<=", hi);
+        else
+            snprintf(r->words, sizeof r->words, "a number from %s to %s", lo, hi);
+    }
+    o->expected = r->words;
+    return 0;
+}
+
 static int shown_in(const option_spec *o, cli_training_kind kind)
 {
     return o->help.text && !(o->flags & (kind == CLI_PRETRAIN ? TRAIN_ONLY : PRETRAIN_ONLY));
@@ -355,8 +385,13 @@ static void default_words(const option_spec *o, cli_training_kind kind, const ac
         snprintf(out, n, "%s", words);
         return;
     }
-    const size_t at = o->to == TO_NONE ? h->shown : o->field;
-    const int as = o->to == TO_NONE ? h->shown_as : (int)o->to;
+    resolved_option r;
+    if (resolve(o, &r)) {
+        snprintf(out, n, "?");
+        return;
+    }
+    const size_t at = r.o.to == TO_NONE ? h->shown : r.o.field;
+    const int as = r.o.to == TO_NONE ? h->shown_as : (int)r.o.to;
     const void *field = (const char *)d + at;
     if (o->kind == V_NAME) {
         snprintf(out, n, "%s", ac_names_name(o->names, *(const int *)field));
@@ -493,7 +528,10 @@ static int bad_value(const char *cmd, int id, const char *arg, const char *expec
 /* Validates one option's value into a->v[id]. Returns 0 or a usage exit status. */
 static int parse_value(train_args *a, int id, const char *arg)
 {
-    const option_spec *o = option_spec_of(id);
+    resolved_option r;
+    if (resolve(option_spec_of(id), &r))
+        return cli_error("internal: --%s names no config.json key", option_name(id));
+    const option_spec *o = &r.o;
     opt_value *v = &a->v[id];
     long i;
     double d;
@@ -534,6 +572,8 @@ static int parse_value(train_args *a, int id, const char *arg)
             return bad_value(a->cmd, id, arg, o->expected);
         v->d = d;
         break;
+    case V_SETTING: /* resolved to V_INT or V_REAL */
+        break;
     }
     return 0;
 }
@@ -549,6 +589,12 @@ int train_parse_args(train_args *a, cli_training_kind kind, int argc, char **arg
     memset(a, 0, sizeof *a);
     a->kind = kind;
     a->cmd = kind == CLI_PRETRAIN ? "pretrain" : "train";
+    for (int k = 0; k < N_OPTIONS; k++) {
+        resolved_option r;
+        if (resolve(&OPTIONS[k], &r))
+            return cli_error("internal: --%s names no numeric config.json key (%s)",
+                             OPTIONS[k].name, OPTIONS[k].key);
+    }
     optind = 0; /* GNU: full reinitialisation */
     opterr = 0;
     struct option long_options[N_OPTIONS + 1];
@@ -637,11 +683,12 @@ void train_apply_overrides(ac_config *c, const train_args *a)
     const opt_value *v = a->v;
     ac_train_config *t = &c->training;
     for (int k = 0; k < N_OPTIONS; k++) {
-        const option_spec *o = &OPTIONS[k];
-        const opt_value *x = &v[o->id];
-        void *field = (char *)c + o->field;
-        if (!x->set)
+        resolved_option r;
+        const opt_value *x = &v[OPTIONS[k].id];
+        if (!x->set || resolve(&OPTIONS[k], &r)) /* parse_value resolved it */
             continue;
+        const option_spec *o = &r.o;
+        void *field = (char *)c + o->field;
         switch (o->to) {
         case TO_NONE: break;
         case TO_INT: *(int *)field = (int)x->i; break;
@@ -662,8 +709,7 @@ void train_apply_overrides(ac_config *c, const train_args *a)
         }
     }
     if (v[OPT_VOCAB_SIZE].set) {
-        t->vocab_max = (int32_t)v[OPT_VOCAB_SIZE].i;
-        c->model.vocab_size = (int)v[OPT_VOCAB_SIZE].i;
+        c->model.vocab_size = (int)t->vocab_max; /* the table set training.vocab_max */
     }
     if (a->kind == CLI_PRETRAIN) {
         /* What pretraining does not use is 0 in its config.json; its

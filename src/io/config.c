@@ -258,6 +258,42 @@ static const section_spec SECTIONS[] = {
     {"provenance", PROVENANCE_KEYS, N_OF(PROVENANCE_KEYS)},
 };
 
+int ac_config_setting(const char *path, ac_setting *out)
+{
+    const char *dot = strchr(path, '.');
+    if (!dot)
+        return -1;
+    for (int i = 0; i < N_OF(SECTIONS); i++) {
+        const section_spec *sec = &SECTIONS[i];
+        if (strlen(sec->name) != (size_t)(dot - path) || strncmp(sec->name, path, (size_t)(dot - path)))
+            continue;
+        for (int j = 0; j < sec->n_keys; j++) {
+            const key_spec *k = &sec->keys[j];
+            if (strcmp(k->name, dot + 1) != 0)
+                continue;
+            ac_setting_type type;
+            switch (k->kind) {
+            case K_INT: type = AC_SETTING_INT; break;
+            case K_I32: type = AC_SETTING_I32; break;
+            case K_LONG: type = AC_SETTING_LONG; break;
+            case K_I64: type = AC_SETTING_I64; break;
+            case K_FLOAT: type = AC_SETTING_FLOAT; break;
+            case K_DOUBLE: type = AC_SETTING_DOUBLE; break;
+            default: return -1;
+            }
+            *out = (ac_setting){.offset = k->offset,
+                                .type = type,
+                                .lo = k->lo,
+                                .hi = k->hi,
+                                .lo_open = (k->flags & LO_OPEN) != 0,
+                                .hi_open = (k->flags & HI_OPEN) != 0,
+                                .auto_ok = (k->flags & AUTO) != 0};
+            return 0;
+        }
+    }
+    return -1;
+}
+
 /* -------------------------------------------------------------- messages */
 
 /* "an integer in 1..65536", "a number in (0, 1)", ... */
