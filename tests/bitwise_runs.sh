@@ -26,8 +26,8 @@ export OMP_WAIT_POLICY=passive
 enc="--d-model 32 --ff 64 --max-len 96 --ngrams 2 --ngram-buckets 4096 --micro-batch 8 --threads 1 --quiet"
 # The sample's texts are short, so "auto" settings would take their short-text
 # values (src/train/adapt.c): the runs pin the values the baseline was made with.
-recipe="--ema 0.999"
-small="$enc --wide-buckets 4096"
+recipe="--ema 0.999 --wide-nb 0"
+small="$enc --wide-buckets 4096 --wide-nb 0 --min-count 2 --wide 3"
 failed=0
 : >"$out"
 report() { # label dir: the hashes and the evaluation of the model in dir
@@ -60,13 +60,13 @@ run() { # label dir command...: runs, then reports dir
 run "seed preset" seed \
     "$bin" train train.csv --out seed --config seed.json --epochs 3 --threads 1 --quiet
 run "default preset" default \
-    "$bin" train train.csv --out default --config default.json --epochs 1 --eval-every 8 $recipe --threads 1 --quiet
+    "$bin" train train.csv --out default --config default.json --epochs 1 --eval-every 8 $recipe --members 3 --min-count 2 --wide 3 --threads 1 --quiet
 run "members 3" members \
     "$bin" train train.csv --out members $small --epochs 2 --members 3 --ema 0
 run "pretrain" pre \
     "$bin" pretrain train.csv test.csv --out pre $enc --epochs 2 --max-steps 20
 run "train --init" init \
-    "$bin" train train.csv --out init --init pre --epochs 2 --micro-batch 8 --members 1 $recipe --threads 1 --quiet
+    "$bin" train train.csv --out init --init pre --epochs 2 --micro-batch 8 --members 1 --wide 3 $recipe --threads 1 --quiet
 run "teacher" student \
     "$bin" train train.csv --out student --teacher seed --unlabelled unlabelled.csv \
     --pseudo-threshold 0.5 $small --epochs 2 --members 1 --ema 0

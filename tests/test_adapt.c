@@ -11,33 +11,75 @@
 #include <unistd.h>
 
 #include "attnctl/io.h"
+#include "attnctl/model.h"
 #include "attnctl/train.h"
 
 #include "test_util.h"
 
-static void all_auto(ac_train_config *tc)
+static void all_auto(ac_train_config *tc, ac_model_config *mc)
 {
     ac_config c;
     ac_config_defaults(&c);
     *tc = c.training;
+    *mc = c.model;
     ac_config_free(&c);
     ck_assert_int_eq(tc->epochs, AC_AUTO);
     ck_assert(tc->ema == AC_AUTO);
+    ck_assert_int_eq(tc->members, AC_AUTO);
+    ck_assert(tc->wide_nb == AC_AUTO);
+    ck_assert(tc->min_count == AC_AUTO);
+    ck_assert_int_eq(mc->wide_order, AC_WIDE_ORDER_AUTO);
     ck_assert(tc->crop_frac == 0.5); /* not left to the data */
+}
+
+/* The long-text values, the IMDB recipe's. */
+static void assert_long(const ac_train_config *tc, const ac_model_config *mc)
+{
+    ck_assert_int_eq(tc->epochs, 4);
+    ck_assert(tc->ema == 0.999f);
+    ck_assert_int_eq(tc->members, 3);
+    ck_assert(tc->wide_nb == 0.0f);
+    ck_assert(tc->min_count == 2);
+    ck_assert_int_eq(mc->wide_order, 3);
+}
+
+static void assert_short(const ac_train_config *tc, const ac_model_config *mc)
+{
+    ck_assert_int_eq(tc->epochs, 8);
+    ck_assert(tc->ema == 0.99f);
+    ck_assert_int_eq(tc->members, 1);
+    ck_assert(tc->wide_nb == 0.25f);
+    ck_assert(tc->min_count == 1);
+    ck_assert_int_eq(mc->wide_order, 2);
 }
 
 START_TEST(test_short_texts)
 {
     ac_train_config tc;
-    all_auto(&tc);
+    ac_model_config mc;
+    all_auto(&tc, &mc);
     ac_adapt_data d = {.median_tokens = 14, .labelled = 1};
     char said[256];
-    ac_train_adapt(&tc, &d, said, sizeof said);
-    ck_assert_int_eq(tc.epochs, 8);
-    ck_assert(tc.ema == 0.99f);
+    ac_train_adapt(&tc, &mc, &d, said, sizeof said);
+    assert_short(&tc, &mc);
     ck_assert(tc.crop_frac == 0.5);
-    ck_assert_str_eq(said, "8 epochs, weight average decay 0.99 (median text 14 tokens, below "
-                           "--crop-max 64)");
+    ck_assert_str_eq(said, "8 epochs, weight average decay 0.99, 1 member, vocabulary min count "
+                           "1, wide path of word n-grams up to 2, wide path from naive Bayes "
+                           "x0.25 (median text 14 tokens, below --crop-max 64)");
+
+    /* No wide path: nothing to start, nothing said of it. */
+    all_auto(&tc, &mc);
+    mc.wide_order = 0;
+    ac_train_adapt(&tc, &mc, &d, said, sizeof said);
+    ck_assert(tc.wide_nb == 0.0f);
+    ck_assert_int_eq(mc.wide_order, 0);
+    ck_assert_msg(!strstr(said, "wide path"), "%s", said);
+    all_auto(&tc, &mc);
+    mc.wide_buckets = 0;
+    ac_train_adapt(&tc, &mc, &d, said, sizeof said);
+    ck_assert(tc.wide_nb == 0.0f);
+    ck_assert_int_eq(mc.wide_order, 0);
+    ck_assert_msg(!strstr(said, "wide path"), "%s", said);
 }
 END_TEST
 
@@ -47,50 +89,64 @@ START_TEST(test_long_texts_keep_the_recipe)
     static const int64_t medians[] = {64, 65, 230, 1024};
     for (size_t k = 0; k < sizeof medians / sizeof medians[0]; k++) {
         ac_train_config tc;
-        all_auto(&tc);
+        ac_model_config mc;
+        all_auto(&tc, &mc);
         ac_adapt_data d = {.median_tokens = medians[k], .labelled = 1};
         char said[256];
-        ac_train_adapt(&tc, &d, said, sizeof said);
-        ck_assert_int_eq(tc.epochs, 4);
-        ck_assert(tc.ema == 0.999f);
-        ck_assert_msg(strstr(said, "4 epochs, weight average decay 0.999 (median text") &&
+        ac_train_adapt(&tc, &mc, &d, said, sizeof said);
+        assert_long(&tc, &mc);
+        ck_assert_msg(strstr(said, "4 epochs, weight average decay 0.999, 3 members, vocabulary "
+                                   "min count 2, wide path of word n-grams up to 3, wide path "
+                                   "from zeros (median text") &&
                           strstr(said, "tokens, at least --crop-max 64)"),
                       "%s", said);
     }
     /* The threshold is --crop-max: crops of at most 16 tokens suit 20-token texts. */
     ac_train_config tc;
-    all_auto(&tc);
+    ac_model_config mc;
+    all_auto(&tc, &mc);
     tc.crop_max = 16;
     ac_adapt_data d = {.median_tokens = 20, .labelled = 1};
     char said[256];
-    ac_train_adapt(&tc, &d, said, sizeof said);
-    ck_assert_int_eq(tc.epochs, 4);
-    ck_assert(tc.ema == 0.999f);
+    ac_train_adapt(&tc, &mc, &d, said, sizeof said);
+    assert_long(&tc, &mc);
     /* one token short of it: short */
-    all_auto(&tc);
+    all_auto(&tc, &mc);
     d.median_tokens = 63;
-    ac_train_adapt(&tc, &d, said, sizeof said);
-    ck_assert_int_eq(tc.epochs, 8);
-    ck_assert(tc.ema == 0.99f);
+    ac_train_adapt(&tc, &mc, &d, said, sizeof said);
+    assert_short(&tc, &mc);
+    /* bench's: the long values whatever */
+    all_auto(&tc, &mc);
+    ac_train_adapt_to_long_texts(&tc, &mc);
+    assert_long(&tc, &mc);
 }
 END_TEST
 
 START_TEST(test_explicit_values_win)
 {
     ac_train_config tc;
-    all_auto(&tc);
+    ac_model_config mc;
+    all_auto(&tc, &mc);
     tc.epochs = 3;
+    tc.members = 2;
+    tc.wide_nb = 0.0f; /* off, given */
+    tc.min_count = 5;
+    mc.wide_order = 1;
     ac_adapt_data d = {.median_tokens = 11, .labelled = 1};
     char said[256];
-    ac_train_adapt(&tc, &d, said, sizeof said);
+    ac_train_adapt(&tc, &mc, &d, said, sizeof said);
     ck_assert_int_eq(tc.epochs, 3);
+    ck_assert_int_eq(tc.members, 2);
+    ck_assert(tc.wide_nb == 0.0f);
+    ck_assert(tc.min_count == 5);
+    ck_assert_int_eq(mc.wide_order, 1);
     ck_assert(tc.ema == 0.99f);
     /* only what was chosen */
     ck_assert_str_eq(said,
                      "weight average decay 0.99 (median text 11 tokens, below --crop-max 64)");
 
     tc.ema = 0.0f; /* off, given */
-    ac_train_adapt(&tc, &d, said, sizeof said);
+    ac_train_adapt(&tc, &mc, &d, said, sizeof said);
     ck_assert(tc.ema == 0.0f);
     ck_assert_str_eq(said, "");
 }
@@ -99,12 +155,17 @@ END_TEST
 START_TEST(test_pretraining_takes_the_fixed_values)
 {
     ac_train_config tc;
-    all_auto(&tc);
+    ac_model_config mc;
+    all_auto(&tc, &mc);
     ac_adapt_data d = {.median_tokens = 11, .labelled = 0};
     char said[256];
-    ac_train_adapt(&tc, &d, said, sizeof said);
+    ac_train_adapt(&tc, &mc, &d, said, sizeof said);
     ck_assert_int_eq(tc.epochs, 4);
     ck_assert(tc.ema == 0.0f);
+    ck_assert_int_eq(tc.members, 1);
+    ck_assert(tc.wide_nb == 0.0f);
+    ck_assert(tc.min_count == 2);
+    ck_assert_int_eq(mc.wide_order, 0);
     ck_assert_str_eq(said, "");
 }
 END_TEST
@@ -123,6 +184,8 @@ START_TEST(test_config_auto)
     char *out = ac_config_to_json(&c);
     ck_assert_ptr_nonnull(strstr(out, "\"ema\": \"auto\""));
     ck_assert_ptr_nonnull(strstr(out, "\"epochs\": 6"));
+    ck_assert_ptr_nonnull(strstr(out, "\"min_count\": \"auto\""));
+    ck_assert_ptr_nonnull(strstr(out, "\"wide_order\": \"auto\""));
     free(out);
     ac_config_free(&c);
 
@@ -138,6 +201,17 @@ START_TEST(test_config_auto)
     ck_assert_int_ne(ac_config_parse(&c, worse, strlen(worse), "p.json", 0, &err), 0);
     ck_assert_msg(strstr(err.msg, "training.epochs") && strstr(err.msg, "or \"auto\""), "%s",
                   err.msg);
+    ac_config_free(&c);
+
+    /* A model is never "auto": a hand-edited model config says so. */
+    ac_config_defaults(&c);
+    c.model.vocab_size = 50;
+    c.model.n_classes = 2;
+    ck_assert_int_eq(c.model.wide_order, AC_WIDE_ORDER_AUTO);
+    ck_assert_msg(ac_model_config_validate(&c.model, &err) == 0, "%s", err.msg);
+    ac_model m;
+    ck_assert_int_ne(ac_model_create(&m, &c.model, &err), 0);
+    ck_assert_msg(strstr(err.msg, "model.wide_order") && strstr(err.msg, "auto"), "%s", err.msg);
     ac_config_free(&c);
 }
 END_TEST
@@ -226,11 +300,18 @@ START_TEST(test_cli_short_csv)
     snprintf(out, sizeof out, "%s/auto", dir);
     ck_assert_int_ge(asprintf(&cmd, "%s train %s --out %s %s", bin, csv, out, shape), 0);
     ck_assert_msg(run_capture(cmd, &err) == 0, "%s", err);
-    ck_assert_msg(strstr(err, "attnctl: adapted to the data: 8 epochs, weight average decay 0.99 "
-                              "(median text 5 tokens, below --crop-max 64)\n"),
+    ck_assert_msg(strstr(err, "attnctl: adapted to the data: 8 epochs, weight average decay 0.99, "
+                              "vocabulary min count 1, wide path of word n-grams up to 2, "
+                              "wide path from naive Bayes x0.25 (median text 5 tokens, below "
+                              "--crop-max 64)\n"),
                   "%s", err);
     cJSON *root = training_of(out);
     ck_assert(training_number(root, "crop_frac") == 0.5);
+    ck_assert(training_number(root, "wide_nb") == 0.25);
+    ck_assert(training_number(root, "min_count") == 1);
+    cJSON *order = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "model"),
+                                                    "wide_order");
+    ck_assert(cJSON_IsNumber(order) && order->valuedouble == 2);
     ck_assert(training_number(root, "epochs") == 8.0);
     ck_assert(training_number(root, "ema") == 0.99);
     cJSON_Delete(root);
@@ -242,8 +323,9 @@ START_TEST(test_cli_short_csv)
     ck_assert_int_ge(asprintf(&cmd, "%s train %s --out %s %s --epochs 2", bin, csv, out, shape),
                      0);
     ck_assert_msg(run_capture(cmd, &err) == 0, "%s", err);
-    ck_assert_msg(strstr(err, "attnctl: adapted to the data: weight average decay 0.99 (median "
-                              "text 5 tokens, below --crop-max 64)\n"),
+    ck_assert_msg(strstr(err, "attnctl: adapted to the data: weight average decay 0.99, vocabulary "
+                              "min count 1, wide path of word n-grams up to 2, wide path from "
+                              "naive Bayes x0.25 (median text 5 tokens, below --crop-max 64)\n"),
                   "%s", err);
     root = training_of(out);
     ck_assert(training_number(root, "epochs") == 2.0);
@@ -263,8 +345,9 @@ START_TEST(test_cli_short_csv)
                               preset),
                      0);
     ck_assert_msg(run_capture(cmd, &err) == 0, "%s", err);
-    ck_assert_msg(strstr(err, "attnctl: adapted to the data: 8 epochs (median text 5 tokens, "
-                              "below --crop-max 64)\n"),
+    ck_assert_msg(strstr(err, "attnctl: adapted to the data: 8 epochs, vocabulary min count 1, "
+                              "wide path of word n-grams up to 2, wide path from naive Bayes "
+                              "x0.25 (median text 5 tokens, below --crop-max 64)\n"),
                   "%s", err);
     root = training_of(out);
     ck_assert(training_number(root, "epochs") == 8.0);
@@ -275,7 +358,7 @@ START_TEST(test_cli_short_csv)
 
     /* Nothing left to the data: no line. */
     snprintf(out, sizeof out, "%s/none", dir);
-    ck_assert_int_ge(asprintf(&cmd, "%s train %s --out %s %s --epochs 1 --ema 0", bin,
+    ck_assert_int_ge(asprintf(&cmd, "%s train %s --out %s %s --epochs 1 --ema 0 --wide-nb 0 --min-count 2 --wide 3", bin,
                               csv, out, shape),
                      0);
     ck_assert_msg(run_capture(cmd, &err) == 0, "%s", err);

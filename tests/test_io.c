@@ -1122,6 +1122,10 @@ START_TEST(test_config_of_version_0_1_loads)
     /* a trained model's config.json: the settings left to the data are numbers */
     c.training.epochs = 4;
     c.training.ema = 0.999f;
+    c.training.members = 3;
+    c.training.wide_nb = 0.0f;
+    c.training.min_count = 2;
+    c.model.wide_order = 3;
     set_labels(&c, TWO_LABELS, 2);
     char *text = ac_config_to_json(&c);
     static const char *const added[] = {
@@ -1170,6 +1174,7 @@ START_TEST(test_config_of_version_0_1_loads)
     ck_assert(d.training.token_dropout == 0.0f);
     ck_assert(d.training.ema == 0.0f);
     ck_assert_int_eq(d.training.members, 1); /* one model, no average */
+    ck_assert(d.training.wide_nb == 0.0f);   /* the wide path from zeros */
     ck_assert_int_eq(d.model.objective, AC_OBJECTIVE_CLASSIFICATION);
     ck_assert(d.training.mask_frac == 0.15);
     ck_assert_str_eq(d.provenance.init_model, "");
@@ -1210,7 +1215,7 @@ START_TEST(test_config_missing_keys)
     const struct { const char *cut; const char *want; } cases[] = {
         {"    \"d_ff\": 256,\n", "x.json: model.d_ff: missing required key"},
         {"    \"casefold\": true,\n", "x.json: tokenizer.casefold: missing required key"},
-        {"    \"members\": 3\n", NULL /* leaves a trailing comma: not JSON */},
+        {"    \"members\": \"auto\"\n", NULL /* leaves a trailing comma: not JSON */},
         {"    \"seed\": 1,\n", "x.json: training.seed: missing required key"},
         {"    \"date\": \"\",\n", "x.json: provenance.date: missing required key"},
         {"  \"labels\": [\"negative\", \"positive\"],\n", "x.json: labels: missing required key"},
@@ -1374,6 +1379,7 @@ static void small_model_make(small_model *s, const char *scratch_dir, int vocab_
     s->cfg.model.positions = AC_POS_SINUSOIDAL;
     s->cfg.model.ngram_order = 2;
     s->cfg.model.ngram_buckets = 16;
+    s->cfg.model.wide_order = 3;
     s->cfg.model.wide_buckets = 16; /* and a tiny wide table */
     set_labels(&s->cfg, TWO_LABELS, 2);
     char vpath[300];
@@ -1512,6 +1518,7 @@ START_TEST(test_modeldir_masked_lm)
     s.cfg.model.n_layers = SMALL_LAYERS;
     s.cfg.model.objective = AC_OBJECTIVE_MASKED_LM;
     s.cfg.model.n_classes = 0;
+    s.cfg.model.wide_order = 0;
     s.cfg.model.ngram_order = 2;
     s.cfg.model.ngram_buckets = 16;
     ck_assert_msg(ac_vocab_load(&s.vocab, vpath, &err) == 0, "%s", err.msg);

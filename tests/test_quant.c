@@ -106,8 +106,8 @@ static void quantize_ok(const char *src, const char *dst, int rows)
 {
     ac_err err = {{0}};
     int kept = -1;
-    ck_assert_msg(ac_quantize_model_dir(src, dst, rows, AC_QUANT_DEFAULT_WIDE_GROUP, NULL, &kept, &err) ==
-                      0,
+    ck_assert_msg(ac_quantize_model_dir(src, dst, rows, AC_QUANT_DEFAULT_WIDE_GROUP,
+                                        AC_QUANT_DEFAULT_WIDE_BITS, NULL, &kept, &err) == 0,
                   "%s", err.msg);
     ck_assert_int_ge(kept, 0);
     ck_assert_int_le(kept, rows);
@@ -178,6 +178,76 @@ START_TEST(test_rows_round_trip)
 }
 END_TEST
 
+/* ------------------------------------------------ b-bit values, scale codes */
+
+START_TEST(test_scale_codes)
+{
+    ck_assert_float_eq(ac_scale_of_code(0), 0.0f);
+    ck_assert_float_eq(ac_scale_of_code(192), 1.0f);
+    ck_assert_float_eq(ac_scale_of_code(200), 2.0f);
+    ck_assert_float_eq(ac_scale_of_code(184), 0.5f);
+    ck_assert_float_eq(ac_scale_of_code(191), 0.5f * 1.8340080864f);
+    for (int e = 2; e < 256; e++) /* ascending: 2^(1/8) apart */
+        ck_assert_float_eq_tol(ac_scale_of_code((uint8_t)e) / ac_scale_of_code((uint8_t)(e - 1)),
+                               1.0905077f, 1e-6f);
+    ck_assert_int_eq(ac_scale_code(0.0f, 4), 0);
+    for (int bits = 2; bits <= 8; bits++)
+        for (int i = 0; i < 200; i++) {
+            const float m = expf(ac_rng_normal(31, (uint64_t)i) * 6.0f);
+            const uint8_t e = ac_scale_code(m, bits);
+            if (m / (float)ac_qb_max(bits) > ac_scale_of_code(255)) { /* past the codes */
+                ck_assert_int_eq(e, 255);
+                continue;
+            }
+            /* the smallest code whose scale keeps m within the largest magnitude */
+            ck_assert_msg(ac_scale_of_code(e) * (float)ac_qb_max(bits) >= m * (1.0f - 1e-6f),
+                          "bits %d, %g: code %d too small", bits, (double)m, e);
+            ck_assert_msg(e == 1 || ac_scale_of_code((uint8_t)(e - 1)) < m / (float)ac_qb_max(bits),
+                          "bits %d, %g: code %d not the smallest", bits, (double)m, e);
+        }
+    ck_assert_int_eq(ac_scale_code(1e30f, 4), 255);
+    ck_assert_int_eq(ac_scale_code(1e-30f, 4), 1);
+}
+END_TEST
+
+START_TEST(test_qb_rows_round_trip)
+{
+    enum { R = 4, D = 13 };
+    float w[R * D], back[R * D];
+    uint8_t packed[R * D], code[R];
+    for (int bits = 2; bits <= 8; bits++) {
+        for (int i = 0; i < R * D; i++)
+            w[i] = ac_rng_normal(12, (uint64_t)i) * (float)(1 + i / D);
+        for (int i = 0; i < D; i++)
+            w[D + i] = 0.0f; /* an all-zero row */
+        w[3 * D + 5] = -4.0f * fabsf(w[3 * D]) - 1.0f; /* the row's extreme, negative */
+        ac_quant_rows_qb(packed, code, w, R, D, bits);
+        ac_dequant_rows_qb(back, packed, code, R, D, bits);
+        ck_assert_int_eq(code[1], 0);
+        for (int r = 0; r < R; r++) {
+            const float s = ac_scale_of_code(code[r]);
+            for (int i = 0; i < D; i++) {
+                const int v = ac_qb_get(packed + r * ac_qb_bytes(D, bits), (size_t)i, bits);
+                ck_assert_int_le(abs(v), ac_qb_max(bits));
+                ck_assert_msg(fabsf(back[r * D + i] - w[r * D + i]) <= 0.5f * s * 1.0001f,
+                              "bits %d row %d col %d: %g back as %g", bits, r, i,
+                              (double)w[r * D + i], (double)back[r * D + i]);
+            }
+        }
+    }
+    /* the packing itself: 5-bit values -15..15 in order, little-endian bits */
+    uint8_t p[8] = {0};
+    const float vals[] = {1, -1, 15, -15, 0, 7, -8, 3};
+    uint8_t c;
+    ac_quant_rows_qb(p, &c, vals, 1, 8, 5);
+    ck_assert_float_eq(ac_scale_of_code(c), 1.0f);
+    const int want[] = {1, -1, 15, -15, 0, 7, -8, 3};
+    for (int i = 0; i < 8; i++)
+        ck_assert_int_eq(ac_qb_get(p, (size_t)i, 5), want[i]);
+    ck_assert_int_eq(p[0], 0x01 | (0x1f << 5 & 0xff)); /* 1, then -1's low three bits */
+}
+END_TEST
+
 /* ------------------------------------------------------------- the wide table */
 
 START_TEST(test_select_rows)
@@ -210,35 +280,42 @@ END_TEST
 
 /* The sparse forward over the kept rows equals the dense forward over the
  * table they stand for, in the logit differences (what the softmax sees). */
-static void check_sparse_matches_dense(int C, int group)
+static void check_sparse_matches_dense(int C, int group, int bits, int rows)
 {
-    enum { ROWS = 300, B = 3, T = 20, ORDER = 2, KEEP = 120 };
-    float *table = calloc((size_t)ROWS * C, sizeof *table);
-    for (int i = 0; i < ROWS * C; i++)
+    enum { B = 3, T = 20, ORDER = 2 };
+    const int keep = rows * 2 / 5;
+    float *table = calloc((size_t)rows * C, sizeof *table);
+    for (int i = 0; i < rows * C; i++)
         table[i] = ac_rng_normal(5, (uint64_t)i);
-    int32_t ids[KEEP];
+    int32_t *ids = malloc((size_t)keep * sizeof *ids);
     ac_err err = {{0}};
-    int n = ac_wide_select_rows(ids, table, ROWS, C, KEEP, NULL, NULL, &err);
-    ck_assert_int_eq(n, KEEP);
+    int n = ac_wide_select_rows(ids, table, rows, C, keep, NULL, NULL, &err);
+    ck_assert_int_eq(n, keep);
     const int W = ac_wide_stored_width(C);
-    int8_t q[KEEP * 3];
-    float scales[KEEP];
-    ac_wide_quantize(q, scales, table, ids, n, C, group);
-    ac_wide_sparse w = {.n = n, .n_classes = C, .width = W, .group = group, .ids = ids, .q = q,
-                        .scales = scales};
-    float *dense = calloc((size_t)ROWS * C, sizeof *dense);
+    uint8_t *values = calloc(ac_qb_bytes((size_t)keep * W, bits), 1), *codes = malloc((size_t)keep);
+    uint8_t *present = malloc((size_t)rows / 8 + 1);
+    int32_t *rank = malloc(((size_t)rows / AC_WIDE_RANK_BLOCK + 2) * sizeof *rank);
+    ac_wide_quantize(values, codes, table, ids, n, C, group, bits);
+    ac_wide_presence(present, rank, rows, ids, n);
+    ck_assert_int_eq(rank[0], 0);
+    ck_assert_int_eq(rank[(rows + AC_WIDE_RANK_BLOCK - 1) / AC_WIDE_RANK_BLOCK], n);
+    ac_wide_sparse w = {.n = n, .n_buckets = rows, .n_classes = C, .width = W, .group = group,
+                        .bits = bits, .present = present, .rank = rank, .values = values,
+                        .codes = codes};
+    float *dense = calloc((size_t)rows * C, sizeof *dense);
     ac_wide_sparse_to_dense(dense, &w);
     /* every kept row stands for its original up to a constant, within the rounding */
     for (int i = 0; i < n; i++)
         for (int c = 1; c < C; c++) {
             float orig = table[ids[i] * C + c] - table[ids[i] * C];
             float got = dense[ids[i] * C + c] - dense[ids[i] * C];
-            ck_assert_float_eq_tol(got, orig, scales[i / group] * (C == 2 ? 0.51f : 1.01f));
+            ck_assert_float_eq_tol(got, orig,
+                                   ac_scale_of_code(codes[i / group]) * (C == 2 ? 0.51f : 1.01f));
         }
     int32_t tok[B * T], lengths[B] = {T, 7, 1}, buckets[B * T * ORDER], counts[B];
     for (int i = 0; i < B * T; i++)
         tok[i] = (int32_t)(ac_rng_uniform(9, (uint64_t)i) * 50);
-    wide_buckets_compute(buckets, counts, tok, lengths, B, T, ORDER, ROWS);
+    wide_buckets_compute(buckets, counts, tok, lengths, B, T, ORDER, rows);
     float a[B * 3] = {0}, b[B * 3] = {0};
     wide_forward(a, buckets, counts, dense, B, T, ORDER, C, 0.5f);
     ac_wide_sparse_forward(b, &w, buckets, counts, B, T, ORDER, 0.5f);
@@ -246,17 +323,29 @@ static void check_sparse_matches_dense(int C, int group)
         for (int c = 1; c < C; c++)
             ck_assert_float_eq_tol(b[i * C + c] - b[i * C], a[i * C + c] - a[i * C], 1e-5f);
     /* lookups: every kept id found at its index, others not */
-    for (int i = 0; i < n; i++)
-        ck_assert_int_eq(ac_wide_sparse_find(&w, ids[i], 0), i);
-    ck_assert_int_eq(ac_wide_sparse_find(&w, ROWS + 5, 0), -1);
+    for (int i = 0, k = 0; i < rows; i++) {
+        const int want = k < n && ids[k] == i ? k++ : -1;
+        ck_assert_int_eq(ac_wide_sparse_find(&w, i), want);
+    }
+    ck_assert_int_eq(ac_wide_sparse_find(&w, rows), -1);
+    ck_assert_int_eq(ac_wide_sparse_find(&w, -1), -1);
     free(table);
     free(dense);
+    free(ids);
+    free(values);
+    free(codes);
+    free(present);
+    free(rank);
 }
 
-START_TEST(test_sparse_two_classes) { check_sparse_matches_dense(2, 16); }
+/* Tables of several rank blocks, the last one partial (and not a whole byte). */
+START_TEST(test_sparse_two_classes) { check_sparse_matches_dense(2, 16, 5, 1803); }
 END_TEST
 
-START_TEST(test_sparse_three_classes) { check_sparse_matches_dense(3, 1); }
+START_TEST(test_sparse_three_classes) { check_sparse_matches_dense(3, 1, 4, 300); }
+END_TEST
+
+START_TEST(test_sparse_eight_bits) { check_sparse_matches_dense(2, 3, 8, 1030); }
 END_TEST
 
 /* ------------------------------------------------------- int8 linear layers */
@@ -538,9 +627,24 @@ START_TEST(test_round_trip)
             ck_assert_int_eq(memcmp(wa, wb, p->numel * sizeof *wa), 0);
             continue;
         }
-        ck_assert_str_eq(t->dtype, "I8");
         char sname[80];
         snprintf(sname, sizeof sname, "%s.scale", p->name);
+        if (strcmp(p->name, "embed.weight") == 0) { /* 4-bit, a scale code a row */
+            ck_assert_str_eq(t->dtype, "U8");
+            const ac_st_tensor *ct = ac_st_find(&st, sname);
+            ck_assert_str_eq(ct->dtype, "U8");
+            const uint8_t *qv = st.data + t->begin, *code = st.data + ct->begin;
+            const size_t rb = ac_qb_bytes((size_t)p->shape[1], AC_EMBED_BITS);
+            ck_assert_int_eq((int)t->shape[1], (int)rb);
+            for (size_t k = 0; k < p->numel; k++) {
+                const size_t r = k / (size_t)p->shape[1], c = k % (size_t)p->shape[1];
+                const float sc = ac_scale_of_code(code[r]);
+                ck_assert_float_eq(wb[k], (float)ac_qb_get(qv + r * rb, c, AC_EMBED_BITS) * sc);
+                ck_assert_float_eq_tol(wb[k], wa[k], 0.5001f * sc);
+            }
+            continue;
+        }
+        ck_assert_str_eq(t->dtype, "I8");
         const float *scale = ac_st_f32(&st, ac_st_find(&st, sname));
         ck_assert_ptr_nonnull(scale);
         const int8_t *qv = (const int8_t *)(st.data + t->begin);
@@ -549,17 +653,34 @@ START_TEST(test_round_trip)
             ck_assert_float_eq_tol(wb[k], wa[k], 0.51f * scale[k / (size_t)p->shape[1]] + 1e-7f);
         }
     }
-    ck_assert_str_eq(ac_st_find(&st, "head.wide.ids")->dtype, "U16");
-    ck_assert_str_eq(ac_st_find(&st, "head.wide.starts")->dtype, "I32");
-    ck_assert_int_eq((int)ac_st_find(&st, "head.wide.values")->shape[1], 1);
+    /* the wide table: a bitmap over every bucket, its rank directory, 5-bit values */
+    const int N = a.model.cfg.wide_buckets, K = b.model.quant->wide.n;
+    ck_assert_str_eq(ac_st_find(&st, "head.wide.present")->dtype, "U8");
+    ck_assert_int_eq((int)ac_st_find(&st, "head.wide.present")->shape[0], N / 8);
+    ck_assert_str_eq(ac_st_find(&st, "head.wide.rank")->dtype, "I32");
+    ck_assert_int_eq((int)ac_st_find(&st, "head.wide.rank")->shape[0], N / AC_WIDE_RANK_BLOCK + 1);
+    ck_assert_int_eq((int)ac_st_find(&st, "head.wide.values")->shape[0],
+                     (int)ac_qb_bytes((size_t)K, AC_QUANT_DEFAULT_WIDE_BITS));
+    ck_assert_ptr_null(ac_st_find(&st, "head.wide.ids"));
+    /* the loaded dense table is the kept rows' values (x/2, -x/2), zeros elsewhere */
+    const float *wide = b.model.p.wide_w;
+    const ac_wide_sparse *ws = &b.model.quant->wide;
+    for (int id = 0; id < N; id++) {
+        const int r = ac_wide_sparse_find(ws, id);
+        const float x = r < 0 ? 0.0f
+                              : (float)ac_qb_get(ws->values, (size_t)r, ws->bits) *
+                                    ac_scale_of_code(ws->codes[r / ws->group]);
+        ck_assert_float_eq(wide[2 * id], 0.5f * x);
+        ck_assert_float_eq(wide[2 * id + 1], -0.5f * x);
+    }
     ac_st_free(&st);
     ac_model_dir_free(&a);
     ac_model_dir_free(&b);
     int kept;
     char *again = join(tmp, "again");
-    ck_assert_int_ne(ac_quantize_model_dir(q, again, 10, 16, NULL, &kept, &err), 0);
+    ck_assert_int_ne(ac_quantize_model_dir(q, again, 10, 16, 5, NULL, &kept, &err), 0);
     ck_assert_msg(strstr(err.msg, "quantized already") != NULL, "%s", err.msg);
-    ck_assert_int_ne(ac_quantize_model_dir(fp32, q, 10, 16, NULL, &kept, &err), 0);
+    ck_assert_int_ne(ac_quantize_model_dir(fp32, q, 10, 16, 5, NULL, &kept, &err), 0);
     ck_assert_msg(strstr(err.msg, "holds a model already") != NULL, "%s", err.msg);
     free(again);
     free(path);
@@ -644,6 +765,50 @@ static size_t data_offset(const char *path, const char *name)
     return at;
 }
 
+/* A model with a weight that is not finite is refused, naming the tensor,
+ * and nothing is written; the quantized model's forward needs no OpenBLAS,
+ * the FP32 one's does. */
+START_TEST(test_non_finite_refused)
+{
+    char *fp32 = trained_dir(), *tmp = make_temp_dir(), *bad = join(tmp, "bad"),
+         *q = join(tmp, "q");
+    ck_assert_int_eq(mkdir(bad, 0755), 0);
+    const char *const files[] = {"config.json", "vocab.txt", "model.safetensors"};
+    for (int i = 0; i < 3; i++) {
+        char *from = join(fp32, files[i]), *to = join(bad, files[i]);
+        size_t len;
+        unsigned char *data = slurp(from, &len);
+        if (i == 2) {
+            const float inf = INFINITY;
+            memcpy(data + data_offset(from, "head.bias") + 4, &inf, 4);
+        }
+        spit(to, data, len);
+        free(data);
+        free(from);
+        free(to);
+    }
+    ac_err err = {{0}};
+    int kept;
+    ck_assert_int_ne(ac_quantize_model_dir(bad, q, 100, 16, 5, NULL, &kept, &err), 0);
+    ck_assert_msg(strstr(err.msg, "\"head.bias\"") && strstr(err.msg, "not finite"), "%s",
+                  err.msg);
+    struct stat sb;
+    ck_assert_int_ne(stat(q, &sb), 0); /* nothing written: q not even created */
+
+    quantize_ok(fp32, q, 1000);
+    ac_model_dir a, b;
+    ck_assert_msg(ac_model_dir_load_inference(&a, fp32, &err) == 0, "%s", err.msg);
+    ck_assert_msg(ac_model_dir_load_inference(&b, q, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(ac_model_inference_needs_blas(&a.model), 1);
+    ck_assert_int_eq(ac_model_inference_needs_blas(&b.model), 0);
+    ac_model_dir_free(&a);
+    ac_model_dir_free(&b);
+    free(bad);
+    free(q);
+    remove_dir(tmp);
+}
+END_TEST
+
 START_TEST(test_corrupt_files)
 {
     char *fp32 = trained_dir(), *tmp = make_temp_dir(), *q = join(tmp, "q");
@@ -652,9 +817,9 @@ START_TEST(test_corrupt_files)
     size_t len, clen;
     unsigned char *orig = slurp(model, &len);
     char *corig = (char *)slurp(config, &clen);
-    const size_t at = data_offset(model, "head.wide.ids"),
-                 at_scale = data_offset(model, "embed.weight.scale"),
-                 at_starts = data_offset(model, "head.wide.starts");
+    const size_t at_present = data_offset(model, "head.wide.present"),
+                 at_rank = data_offset(model, "head.wide.rank"),
+                 at_scale = data_offset(model, "layers.0.attn.q.weight.scale");
 
     /* truncated anywhere: an error naming the file */
     const size_t cuts[] = {0, 5, 8, 20, len / 2, len - 1};
@@ -663,29 +828,42 @@ START_TEST(test_corrupt_files)
         load_fails(q, model, "");
     }
     unsigned char *bad = malloc(len);
-    /* ids no longer ascending */
+    /* a bucket added to the bitmap: its block's rank no longer agrees */
     memcpy(bad, orig, len);
-    memcpy(bad + at, bad + at + 4, 4);
+    int flipped = 0;
+    for (size_t i = 0; i < 64 && !flipped; i++)
+        if (bad[at_present + i] != 0xff) {
+            bad[at_present + i] |= (uint8_t)(bad[at_present + i] + 1); /* sets the lowest clear bit */
+            flipped = 1;
+        }
+    ck_assert(flipped);
     spit(model, bad, len);
-    load_fails(q, model, "head.wide.ids");
-    /* an id outside the table */
+    load_fails(q, model, "head.wide.rank");
+    /* a bucket taken out of the last block: the count no longer storage.wide_rows */
     memcpy(bad, orig, len);
-    const int32_t huge = 1 << 30;
-    memcpy(bad + at, &huge, 4);
+    ac_model_dir probe;
+    ac_err perr;
+    ck_assert_int_eq(ac_model_dir_load(&probe, fp32, &perr), 0);
+    const int nb = probe.model.cfg.wide_buckets;
+    ac_model_dir_free(&probe);
+    size_t last = at_present + (size_t)nb / 8 - 1;
+    while (bad[last] == 0)
+        last--;
+    bad[last] &= (uint8_t)(bad[last] - 1); /* clears the lowest set bit */
     spit(model, bad, len);
-    load_fails(q, model, "outside");
-    /* block starts that do not begin at 0 */
+    load_fails(q, model, "head.wide.");
+    /* a rank directory that does not start at 0 */
     memcpy(bad, orig, len);
     const int32_t one = 1;
-    memcpy(bad + at_starts, &one, 4);
+    memcpy(bad + at_rank, &one, 4);
     spit(model, bad, len);
-    load_fails(q, model, "head.wide.starts");
+    load_fails(q, model, "head.wide.rank");
     /* a scale that is not a number */
     memcpy(bad, orig, len);
     const float nan = NAN;
     memcpy(bad + at_scale + 8, &nan, 4);
     spit(model, bad, len);
-    load_fails(q, model, "embed.weight.scale");
+    load_fails(q, model, "layers.0.attn.q.weight.scale");
     spit(model, orig, len);
 
     /* the FP32 file in a directory that says it is quantized */
@@ -698,13 +876,17 @@ START_TEST(test_corrupt_files)
 
     /* storage objects this reader does not know */
     const char *const edits[][2] = {
-        {"\"version\": 1", "\"version\": 2"},
+        {"\"version\": 2", "\"version\": 3"},
+        {"\"version\": 2", "\"version\": 1"},
+        {"\"wide_bits\": 5", "\"wide_bits\": 9"},
+        {",\n    \"wide_bits\": 5", ""},
         {"\"format\": \"quantized\"", "\"format\": \"pq\""},
         {"\"wide_group\": 16", "\"wide_group\": 16, \"codebook\": 4"},
         {"\"wide_group\": 16", "\"wide_group\": 0"},
         {"\"wide_rows\"", "\"rows\""},
     };
-    const char *const expect[] = {"newer attnctl", "storage.format", "storage.codebook",
+    const char *const expect[] = {"newer attnctl", "older quantized layout", "storage.wide_bits",
+                                  "storage.wide_bits: missing", "storage.format", "storage.codebook",
                                   "storage.wide_group", "storage.rows"};
     for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
         char *s = strstr(corig, edits[i][0]);
@@ -726,7 +908,7 @@ START_TEST(test_corrupt_files)
                               strchr(s, ',') + 1),
                      0);
     spit(config, text, strlen(text));
-    load_fails(q, model, "head.wide.ids");
+    load_fails(q, model, "head.wide.");
     free(text);
     spit(config, corig, clen);
     ac_model_dir md;
@@ -756,6 +938,9 @@ static Suite *quant_suite(void)
     tcase_add_test(tc, test_select_rows);
     tcase_add_test(tc, test_sparse_two_classes);
     tcase_add_test(tc, test_sparse_three_classes);
+    tcase_add_test(tc, test_sparse_eight_bits);
+    tcase_add_test(tc, test_scale_codes);
+    tcase_add_test(tc, test_qb_rows_round_trip);
     tcase_add_test(tc, test_qlinear);
     tcase_add_test(tc, test_attention_int8);
     tcase_add_test(tc, test_agrees_with_fp32);
@@ -763,6 +948,7 @@ static Suite *quant_suite(void)
     tcase_add_test(tc, test_round_trip);
     tcase_add_test(tc, test_attribution_sees_all_weights);
     tcase_add_test(tc, test_corrupt_files);
+    tcase_add_test(tc, test_non_finite_refused);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -68,6 +68,8 @@ static void tiny_config(ac_config *c)
     /* The value these tests were written with, not left to the (short)
      * data: test_adapt.c covers that. */
     c->training.ema = 0.999f;
+    c->training.wide_nb = 0.0f;
+    c->model.wide_order = 3;
 }
 
 static void read_tiny(ac_rawdata *raw)

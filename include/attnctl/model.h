@@ -56,7 +56,7 @@ typedef struct {
     /* The wide path (classifiers): a weight per class for each distinct hashed
      * n-gram of n = 1..wide_order, summed into the logits (head.wide.weight,
      * [wide_buckets, C]); 0: none. */
-    int wide_order;
+    int wide_order; /* or AC_WIDE_ORDER_AUTO before a training run chooses it */
     int wide_buckets;
     /* The wide path's sum is scaled by (AC_WIDE_NORM_REF / n)^wide_norm for a
      * text of n distinct n-grams (see wide_forward); 0: the plain sum. */
@@ -66,6 +66,11 @@ typedef struct {
     float temperature;
     ac_objective objective; /* the head: classification (0) or masked LM */
 } ac_model_config;
+
+/* model.wide_order left to the training data ("auto" in a preset; the
+ * same value as AC_AUTO of attnctl/train_config.h): valid in a
+ * configuration, never in a model (ac_model_create). */
+#define AC_WIDE_ORDER_AUTO (-1)
 
 /* n-gram table in use */
 static inline int ac_model_has_ngrams(const ac_model_config *c)
@@ -246,6 +251,11 @@ void ac_model_quant_embed_rows(ac_model *m, const int32_t *ids, size_t n);
  * parameters directly (explanations, fine-tuning) sees the quantized
  * model's values. Forwards keep using the sparse wide table. */
 void ac_model_quant_materialize(ac_model *m);
+/* Whether a forward of m at inference calls OpenBLAS (attnctl/blas.h): an
+ * F32 model does; a quantized classifier whose encoder layers all run in
+ * int8 does not (its classifier is a plain loop), so a one-review predict
+ * skips loading it. */
+int ac_model_inference_needs_blas(const ac_model *m);
 
 /* Index of a tensor by name, or -1. */
 int ac_model_find_tensor(const ac_model *m, const char *name);

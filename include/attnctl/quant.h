@@ -1,15 +1,21 @@
 /* Quantized models (attnctl quantize): the arithmetic of the stored types
  * and the in-memory form a quantized model keeps at inference.
  *
- * Matrices are stored as int8 with one F32 scale a row (symmetric: value =
- * q * scale, scale = max |row| / 127). The wide path's table keeps only its
- * rows that matter most for the decision, sparsely (ascending bucket ids),
- * and of each kept row only what the softmax sees: the class probabilities
- * depend on differences between logits, so a constant added to every class
- * of a row changes nothing. Two classes keep one number a row, w0 - w1 (the
- * logits get +x/2 and -x/2: the same difference as the FP32 pair); more
- * classes keep the row minus its mean. Those values are int8 with one F32
- * scale for each group of `group` consecutive kept rows. */
+ * Encoder matrices are stored as int8 with one F32 scale a row (symmetric:
+ * value = q * scale, scale = max |row| / 127). The token embeddings are
+ * 4-bit (-7..7, two a byte) with one scale code a row (below). The wide path's
+ * table keeps its rows that matter most for the decision, as a presence
+ * bitmap over all buckets, and of each kept row only what the softmax sees:
+ * the class probabilities depend on differences between logits, so a
+ * constant added to every class of a row changes nothing. Two classes keep
+ * one number a row, w0 - w1 (the logits get +x/2 and -x/2: the same
+ * difference as the FP32 pair); more classes keep the row minus its mean.
+ * Those values are b-bit integers (AC_QUANT_DEFAULT_WIDE_BITS) with one
+ * scale code for each group of `group` consecutive kept rows.
+ *
+ * A scale code is one byte: 0 is the scale 0, e in 1..255 the scale
+ * 2^((e - 192) / 8), the smallest code at or above max |values| / (2^(b-1)
+ * - 1) (so that no value rounds past the largest b-bit magnitude). */
 #ifndef ATTNCTL_QUANT_H
 #define ATTNCTL_QUANT_H
 
@@ -19,10 +25,14 @@
 #include "attnctl/error.h"
 
 /* Rows of the wide table a quantized model keeps when not told otherwise:
- * the default IMDB model's file then stays under 3 MB. */
-#define AC_QUANT_DEFAULT_WIDE_ROWS 200000
+ * the default IMDB model's directory then stays under 3 MB. */
+#define AC_QUANT_DEFAULT_WIDE_ROWS 1500000
 /* Kept wide rows sharing one scale (measured on the IMDB default model). */
 #define AC_QUANT_DEFAULT_WIDE_GROUP 16
+/* Bits of a stored wide value (measured on the IMDB default model). */
+#define AC_QUANT_DEFAULT_WIDE_BITS 5
+/* Bits of a stored token embedding value. */
+#define AC_EMBED_BITS 4
 
 /* ---- int8 rows ---- */
 
@@ -31,6 +41,37 @@
 void ac_quant_rows_i8(int8_t *q, float *scale, const float *w, size_t rows, size_t cols);
 /* w[r, :] = q[r, :] * scale[r] */
 void ac_dequant_rows_i8(float *w, const int8_t *q, const float *scale, size_t rows, size_t cols);
+
+/* ---- b-bit values (2 <= b <= 8) and scale codes ---- */
+
+/* Largest magnitude a b-bit value holds: 2^(b-1) - 1. */
+static inline int ac_qb_max(int bits) { return (1 << (bits - 1)) - 1; }
+/* The scale code e stands for (see the top of this file). */
+float ac_scale_of_code(uint8_t e);
+/* The smallest code whose scale is >= max_abs / ac_qb_max(bits) (0 for 0;
+ * 255 when none is). max_abs must be finite and >= 0. */
+uint8_t ac_scale_code(float max_abs, int bits);
+/* Value i of a packed b-bit array: bits i*b .. i*b+b-1 of the array, bit k
+ * being bit k % 8 of byte k / 8 (little-endian), two's complement. */
+static inline int ac_qb_get(const uint8_t *packed, size_t i, int bits)
+{
+    const size_t at = i * (size_t)bits;
+    const unsigned shift = (unsigned)(at & 7);
+    unsigned x = packed[at >> 3] >> shift;
+    if (shift + (unsigned)bits > 8)
+        x |= (unsigned)packed[(at >> 3) + 1] << (8 - shift);
+    const unsigned sign = 1u << (bits - 1);
+    return (int)((x & ((sign << 1) - 1)) ^ sign) - (int)sign;
+}
+/* Bytes of n packed b-bit values. */
+static inline size_t ac_qb_bytes(size_t n, int bits) { return (n * (size_t)bits + 7) / 8; }
+/* packed[r] (ac_qb_bytes(cols, bits) bytes a row) = w[r, :] in b bits with
+ * the row's scale code code[r]. w must be finite. */
+void ac_quant_rows_qb(uint8_t *packed, uint8_t *code, const float *w, size_t rows, size_t cols,
+                      int bits);
+/* w[r, :] = the b-bit values of packed row r * ac_scale_of_code(code[r]) */
+void ac_dequant_rows_qb(float *w, const uint8_t *packed, const uint8_t *code, size_t rows,
+                        size_t cols, int bits);
 
 /* ---- the wide table ---- */
 
@@ -49,30 +90,40 @@ int ac_wide_select_rows(int32_t *ids, const float *table, int n_rows, int C, int
                         const uint8_t *first, const uint32_t *uses, ac_err *err);
 /* Values a kept row stores: 1 for two classes, else C. */
 static inline int ac_wide_stored_width(int C) { return C == 2 ? 1 : C; }
-/* The stored values of the kept rows (see the top of this file) quantized:
- * q [n, width], scales [ceil(n / group)]. */
-void ac_wide_quantize(int8_t *q, float *scales, const float *table, const int32_t *ids, int n,
-                      int C, int group);
+/* Buckets one entry of the rank directory covers. */
+#define AC_WIDE_RANK_BLOCK 512
+/* The stored values of the kept rows ids [n] (see the top of this file) in
+ * b bits: packed [ac_qb_bytes(n * width, bits)], codes [ceil(n / group)].
+ * The table must be finite. */
+void ac_wide_quantize(uint8_t *packed, uint8_t *codes, const float *table, const int32_t *ids,
+                      int n, int C, int group, int bits);
+/* The presence bitmap (bit b % 8 of byte b / 8: bucket b kept) and the rank
+ * directory (rank[k]: kept rows among buckets below k * AC_WIDE_RANK_BLOCK,
+ * k = 0 .. ceil(n_buckets / AC_WIDE_RANK_BLOCK)) of the ascending ids [n]. */
+void ac_wide_presence(uint8_t *present, int32_t *rank, int n_buckets, const int32_t *ids, int n);
 
 /* The wide path of a quantized model, as the model uses it at inference. */
 typedef struct {
-    int n;                /* kept rows */
-    int n_classes;        /* C */
-    int width;            /* ac_wide_stored_width(C) */
-    int group;            /* kept rows a scale covers */
-    const int32_t *ids;   /* [n] ascending bucket ids */
-    const int8_t *q;      /* [n, width] */
-    const float *scales;  /* [ceil(n / group)] */
+    int n;                  /* kept rows */
+    int n_buckets;          /* rows of the full table */
+    int n_classes;          /* C */
+    int width;              /* ac_wide_stored_width(C) */
+    int group;              /* kept rows a scale covers */
+    int bits;               /* of a stored value */
+    const uint8_t *present; /* [ceil(n_buckets / 8)] */
+    const int32_t *rank;    /* [ceil(n_buckets / AC_WIDE_RANK_BLOCK) + 1] */
+    const uint8_t *values;  /* [ac_qb_bytes(n * width, bits)], kept rows in bucket order */
+    const uint8_t *codes;   /* [ceil(n / group)] scale codes */
 } ac_wide_sparse;
 
-/* Index of bucket id among the kept rows at or after `from`, or -1. */
-int ac_wide_sparse_find(const ac_wide_sparse *w, int32_t id, int from);
+/* Index of bucket id among the kept rows, or -1. */
+int ac_wide_sparse_find(const ac_wide_sparse *w, int32_t id);
 /* As wide_forward (attnctl/nn.h) for the kept rows: logits[b, :] += scale *
  * (the stored values summed over item b's kept buckets, in ascending bucket
  * order). Buckets that were not kept add nothing; counts still count them. */
 void ac_wide_sparse_forward(float *logits, const ac_wide_sparse *w, const int32_t *buckets,
                             const int32_t *counts, int B, int T, int order, float norm);
-/* The dense [n_rows, C] table the kept rows stand for (zeros elsewhere):
+/* The dense [n_buckets, C] table the kept rows stand for (zeros elsewhere):
  * the row (x/2, -x/2) for two classes, else the stored centred row. */
 void ac_wide_sparse_to_dense(float *table, const ac_wide_sparse *w);
 
@@ -116,17 +167,16 @@ void ac_qlinear_forward(float *out, const float *in, const ac_qlinear *l, const 
 /* ---- what a quantized model holds beyond its F32 parameters ---- */
 enum { AC_QL_QKV, AC_QL_OUT, AC_QL_FC1, AC_QL_FC2, AC_QL_PER_LAYER };
 typedef struct {
-    ac_wide_sparse wide;   /* wide.ids NULL: the model has no wide path */
-    /* Token embeddings still in int8 (NULL once all are in embed.weight):
+    ac_wide_sparse wide;   /* wide.present NULL: the model has no wide path */
+    /* Token embeddings still in 4 bits (NULL once all are in embed.weight):
      * a forward writes the rows of the ids it reads into embed.weight first,
      * so a prediction touches only the rows its text uses. */
-    const int8_t *embed_q;
-    const float *embed_scale;
+    const uint8_t *embed_q;
+    const uint8_t *embed_code;
     int embed_rows, embed_cols;
     void *mapping;         /* the model file these point into (unmapped by ac_quant_free) */
     size_t mapping_len;
     void *owned;           /* or a malloc'd copy of it (freed by ac_quant_free) */
-    int32_t *decoded_ids;  /* wide.ids, decoded from the file (owned) */
     /* The encoder's linear layers in int8, [layer][AC_QL_*] (q, k and v as
      * one [3d, d] layer); n_layers 0: the F32 layers run. */
     ac_qlinear (*linear)[AC_QL_PER_LAYER];

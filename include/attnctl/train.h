@@ -169,25 +169,39 @@ typedef struct {
  * no <cls>. */
 int ac_train_init_config(ac_config *cfg, const char *init_dir, ac_err *err);
 
-/* What the settings left to the data (AC_AUTO in training.epochs and
- * training.ema) are chosen from: the training rows after the validation split,
- * tokenised and truncated to model.max_len. */
+/* What the settings left to the data (AC_AUTO in training.epochs, ema,
+ * members, wide_nb, min_count and model.wide_order) are chosen from: the
+ * training rows after the validation split, tokenised and truncated to
+ * model.max_len, before the vocabulary is built. */
 typedef struct {
     int64_t median_tokens; /* tokens of the median row */
     int labelled;          /* 0: pretraining, which takes the fixed values */
 } ac_adapt_data;
 
-/* Resolves every AC_AUTO field of tc from d (the rules are in
+/* Resolves every AC_AUTO field of tc and mc from d (the rules are in
  * src/train/adapt.c and attnctl.1) and writes what it chose, one phrase per
  * setting separated by ", ", into said (empty when nothing was left to the
  * data). On texts as long as the crops (median >= crop_max tokens) the
- * values are those of the IMDB recipe: 4 epochs, decay 0.999. */
-void ac_train_adapt(ac_train_config *tc, const ac_adapt_data *d, char *said, size_t n);
+ * values are those of the IMDB recipe: 4 epochs, decay 0.999, 3 members,
+ * the wide path of n-grams up to 3 from zeros, words seen twice. */
+void ac_train_adapt(ac_train_config *tc, ac_model_config *mc, const ac_adapt_data *d, char *said,
+                    size_t n);
+/* Resolves every AC_AUTO field to the long-text values, for a tool that
+ * makes a model without training data (bench). */
+void ac_train_adapt_to_long_texts(ac_train_config *tc, ac_model_config *mc);
 /* The values it chooses: texts as long as the crops (the IMDB recipe), and
  * shorter ones. */
 #define AC_ADAPT_LONG_EPOCHS 4
 #define AC_ADAPT_LONG_EMA 0.999f
 #define AC_ADAPT_SHORT_EPOCHS 8
+#define AC_ADAPT_LONG_MEMBERS 3
+#define AC_ADAPT_SHORT_MEMBERS 1
+#define AC_ADAPT_LONG_WIDE_NB 0.0f
+#define AC_ADAPT_SHORT_WIDE_NB 0.25f
+#define AC_ADAPT_LONG_WIDE_ORDER 3
+#define AC_ADAPT_SHORT_WIDE_ORDER 2
+#define AC_ADAPT_LONG_MIN_COUNT 2
+#define AC_ADAPT_SHORT_MIN_COUNT 1
 #define AC_ADAPT_SHORT_EMA 0.99f
 
 typedef enum {

@@ -14,6 +14,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "attnctl/train.h"
 #include "attnctl/blas.h"
 #include "attnctl/io.h"
 #include "attnctl/optim.h"
@@ -570,6 +571,9 @@ int cmd_bench(int argc, char **argv)
         cfg.model.n_classes = 2;
     if (o.max_len > 0)
         cfg.model.max_len = (int)o.max_len;
+    /* The settings a training run would choose from its data: the long
+     * reviews' (bench's texts are max_len tokens). */
+    ac_train_adapt_to_long_texts(&cfg.training, &cfg.model);
     /* Only the speed matters: a constant learning rate avoids schedule edge cases. */
     cfg.training.optim.schedule = AC_SCHED_CONSTANT;
     cfg.training.optim.warmup_steps = 0;

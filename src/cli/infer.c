@@ -1,5 +1,7 @@
 #include "infer.h"
 
+#include "attnctl/blas.h"
+
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +16,11 @@ int cli_infer_open(cli_infer *s, const char *model_dir, int batch_size, ac_err *
         ac_err_set(err, "%s is a pretrained encoder (%s) without a classifier; fine-tune it "
                         "first: attnctl train --init %s TRAIN.csv --out DIR",
                    model_dir, ac_objective_name(s->md.model.cfg.objective), model_dir);
+        cli_infer_close(s);
+        return -1;
+    }
+    /* predict loads OpenBLAS only for a model that calls it (main loads it for the rest) */
+    if (ac_model_inference_needs_blas(&s->md.model) && ac_blas_load(err) != 0) {
         cli_infer_close(s);
         return -1;
     }

@@ -23,9 +23,9 @@ static const char QUANTIZE_USAGE[] =
     "Writes a smaller copy of the trained model in DIR into DIR2, which eval, predict,\n"
     "inspect and bench load as any model:\n"
     "  - the wide path's table keeps its N rows that weigh most in decisions (two\n"
-    "    classes: |w0 - w1|; more: the norm of the row minus its mean), sparsely,\n"
-    "    as int8 values with a scale for every 16 rows;\n"
-    "  - the embeddings and the encoder's matrices are int8 with a scale a row;\n"
+    "    classes: |w0 - w1|; more: the norm of the row minus its mean), marked in a\n"
+    "    bitmap, as 5-bit values with a scale for every 16 rows;\n"
+    "  - the token embeddings are 4-bit, the encoder's matrices int8, a scale a row;\n"
     "  - biases, LayerNorm and the classifier stay F32.\n"
     "Prints both sizes; with --check, the accuracy of both models on a labelled CSV\n"
     "and the share of its rows where they predict the same label.\n"
@@ -33,7 +33,7 @@ static const char QUANTIZE_USAGE[] =
     "options:\n"
     "  --model DIR      the trained model (a model directory of attnctl train)\n"
     "  --out DIR2       where the quantized model goes (must not hold a model)\n"
-    "  --cutoff N       rows of the wide table kept [200000]\n"
+    "  --cutoff N       rows of the wide table kept [1500000]\n"
     "  --check FILE     labelled CSV[.gz] to compare the two models on\n"
     "  --data FILE      texts like those the model will see, e.g. its training CSV[.gz]:\n"
     "                   a wide row then weighs |w0 - w1| x (1 + the texts holding it),\n"
@@ -256,7 +256,8 @@ int cmd_quantize(int argc, char **argv)
     if (o.data_path && !(uses = wide_uses(o.model_dir, o.data_path, &err)))
         return cli_error("%s", err.msg);
     int rc = ac_quantize_model_dir(o.model_dir, o.out_dir, (int)o.cutoff,
-                                   AC_QUANT_DEFAULT_WIDE_GROUP, uses, &kept, &err);
+                                   AC_QUANT_DEFAULT_WIDE_GROUP, AC_QUANT_DEFAULT_WIDE_BITS, uses,
+                                   &kept, &err);
     free(uses);
     if (rc != 0)
         return cli_error("%s", err.msg);

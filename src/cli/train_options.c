@@ -110,19 +110,21 @@ typedef struct {
 #define PRETRAIN_VAL_SPLIT 0.02
 #define PRETRAIN_EVAL_EVERY 500
 
-static void epochs_auto(char *out, size_t n)
-{
-    snprintf(out, n, "auto: %d, or %d when the median training text is" MORE
-                     "shorter than --crop-max tokens",
-             AC_ADAPT_LONG_EPOCHS, AC_ADAPT_SHORT_EPOCHS);
-}
-
-static void ema_auto(char *out, size_t n)
+/* The rule of an "auto" default (src/train/adapt.c), after the default. */
+static void auto_rule(char *out, size_t n, double long_texts, double short_texts)
 {
     snprintf(out, n, "auto: %g, or %g when the median training text is" MORE
                      "shorter than --crop-max tokens",
-             (double)AC_ADAPT_LONG_EMA, (double)AC_ADAPT_SHORT_EMA);
+             long_texts, short_texts);
 }
+#define AUTO_RULE(fn, long_texts, short_texts) \
+    static void fn(char *out, size_t n) { auto_rule(out, n, long_texts, short_texts); }
+AUTO_RULE(epochs_auto, AC_ADAPT_LONG_EPOCHS, AC_ADAPT_SHORT_EPOCHS)
+AUTO_RULE(ema_auto, (double)AC_ADAPT_LONG_EMA, (double)AC_ADAPT_SHORT_EMA)
+AUTO_RULE(members_auto, AC_ADAPT_LONG_MEMBERS, AC_ADAPT_SHORT_MEMBERS)
+AUTO_RULE(wide_nb_auto, (double)AC_ADAPT_LONG_WIDE_NB, (double)AC_ADAPT_SHORT_WIDE_NB)
+AUTO_RULE(wide_auto, AC_ADAPT_LONG_WIDE_ORDER, AC_ADAPT_SHORT_WIDE_ORDER)
+AUTO_RULE(min_count_auto, AC_ADAPT_LONG_MIN_COUNT, AC_ADAPT_SHORT_MIN_COUNT)
 
 /* In the order of the help, section by section. */
 static const option_spec OPTIONS[] = {
@@ -229,7 +231,13 @@ static const option_spec OPTIONS[] = {
                 "with its own shuffle, crops and dropout, and keep the" MORE
                 "mean of their weights (the best member instead if" MORE
                 "the mean reads below every member on validation):" MORE
-                "a model of the usual size, N times the training;" MORE "1 = one model [{}]"),
+                "a model of the usual size, N times the training;" MORE "1 = one model [{}]",
+        .deflt = "auto", .note = members_auto),
+    SET("wide-nb", OPT_WIDE_NB, "training.wide_nb", TRAIN_ONLY, .section = S_TRAINING, .arg = "X",
+        .text = "start the wide path at X/2 times each class's naive" MORE
+                "Bayes log-count ratio from the training rows" MORE
+                "(Wang & Manning 2012) instead of zeros; 0 = zeros" MORE "[{}]",
+        .deflt = "auto", .note = wide_nb_auto),
     SET("ema", OPT_EMA, "training.ema", BOTH, .section = S_TRAINING, .arg = "X",
          .text = "evaluate and save a moving average of the weights with" MORE
                  "decay X per step; 0 = the weights themselves [{}]",
@@ -273,7 +281,8 @@ static const option_spec OPTIONS[] = {
     SET("wide", OPT_WIDE, "model.wide_order", TRAIN_ONLY,
         .section = S_MODEL, .arg = "N",
         .text = "the wide path: a weight per class for each distinct" MORE
-                "hashed word n-gram up to length N, added to the" MORE "logits; 0: none [{}]"),
+                "hashed word n-gram up to length N, added to the" MORE "logits; 0: none [{}]",
+        .deflt = "auto", .note = wide_auto),
     SET("wide-buckets", OPT_WIDE_BUCKETS, "model.wide_buckets", TRAIN_ONLY, .section = S_MODEL, .arg = "N",
         .text = "rows of the wide path's hashed table [{}]"),
     SET("wide-norm", OPT_WIDE_NORM, "model.wide_norm", TRAIN_ONLY, .section = S_MODEL, .arg = "X",
@@ -281,9 +290,6 @@ static const option_spec OPTIONS[] = {
              AC_WIDE_NORM_FLOOR) "))^X for a" MORE
                  "text of n distinct n-grams, so that short texts count;" MORE
                  "0: the plain sum [{}]"),
-    /* training.wide_nb, the naive Bayes start of the wide path: off by default
-     * and not in --help or attnctl.1 while it is being measured */
-    SET("wide-nb", OPT_WIDE_NB, "training.wide_nb", TRAIN_ONLY, .section = S_MODEL),
     SET("max-len", OPT_MAX_LEN, "model.max_len", BOTH, .section = S_MODEL, .arg = "N",
         .text = "tokens per review, longer ones are truncated [{}]",
         .pretrain_text = "tokens per text, longer ones are truncated [{}]"),
@@ -296,7 +302,8 @@ static const option_spec OPTIONS[] = {
         .text = "vocabulary size including <pad>, <unk> (and <cls>) [{}]",
         .pretrain_text = "vocabulary size including <pad>, <unk> (and <cls>, <mask>) [{}]"),
     SET("min-count", OPT_MIN_COUNT, "training.min_count", BOTH, .section = S_MODEL, .arg = "N",
-        .text = "minimum count of a vocabulary token [{}]"),
+        .text = "minimum count of a vocabulary token [{}]", .deflt = "auto",
+        .note = min_count_auto, .pretrain_deflt = STR(AC_ADAPT_LONG_MIN_COUNT)),
     /* Output */
     FLAG("quiet", OPT_QUIET, RESUME_OK, .short_name = 'q', .section = S_OUTPUT,
          .text = "print nothing but errors"),

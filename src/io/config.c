@@ -14,6 +14,8 @@
 #include <cjson/cJSON.h>
 #include <utf8proc.h>
 
+_Static_assert(AC_WIDE_ORDER_AUTO == AC_AUTO, "model.wide_order's \"auto\" is the others'");
+
 #define MAX_CONFIG_BYTES ((size_t)16 << 20)
 #define MAX_EXACT_INT 9007199254740992.0 /* 2^53 */
 
@@ -36,7 +38,7 @@ void ac_config_defaults(ac_config *c)
         .positions = AC_POS_LEARNED,
         .ngram_order = 1, /* the wide path carries the n-grams */
         .ngram_buckets = 262144, /* the table's rows once --ngrams is 2 or 3 */
-        .wide_order = 3,
+        .wide_order = AC_WIDE_ORDER_AUTO, /* from the data: see src/train/adapt.c */
         .wide_buckets = 4194304,
         .wide_norm = 0.5f,
         .temperature = 1.0f,
@@ -67,14 +69,15 @@ void ac_config_defaults(ac_config *c)
         .patience = 2,
         .eval_every = 0,
         .vocab_max = 30002,
-        .min_count = 2,
+        .min_count = AC_AUTO,
         .crop_frac = 0.5,
         .crop_min = 1,
         .crop_max = 64,
         .label_smoothing = 0.0f,
         .token_dropout = 0.0f,
         .ema = AC_AUTO,
-        .members = 3,
+        .members = AC_AUTO,
+        .wide_nb = AC_AUTO,
         .mask_frac = AC_MLM_MASK_FRAC,
     };
     snprintf(c->provenance.version, sizeof c->provenance.version, "%s", AC_VERSION);
@@ -186,7 +189,7 @@ static const key_spec MODEL_KEYS[] = {
     {"ngram_order", K_INT, AT(model.ngram_order), 0, 3, SINCE_0_2, 0},
     {"ngram_buckets", K_INT, AT(model.ngram_buckets), 0, 16777216, SINCE_0_2, 0},
     {"ngram_hash", K_NGRAM_HASH, 0, 0, 0, SINCE_0_2, 0},
-    {"wide_order", K_INT, AT(model.wide_order), 0, 3, SINCE_0_2, 0},
+    {"wide_order", K_INT, AT(model.wide_order), 0, 3, SINCE_0_2 | AUTO, 0},
     {"wide_buckets", K_INT, AT(model.wide_buckets), 0, 16777216, SINCE_0_2, 0},
     {"wide_hash", K_WIDE_HASH, 0, 0, 0, SINCE_0_2, 0},
     {"wide_norm", K_FLOAT, AT(model.wide_norm), 0, 1, SINCE_0_2, 0},
@@ -224,16 +227,16 @@ static const key_spec TRAINING_KEYS[] = {
     {"patience", K_INT, AT(training.patience), 0, 1000000, 0, 0},
     {"eval_every", K_LONG, AT(training.eval_every), 0, 1e12, 0, 0},
     {"vocab_max", K_I32, AT(training.vocab_max), 3, 10000000, 0, 0},
-    {"min_count", K_I64, AT(training.min_count), 1, 1e12, 0, 0},
+    {"min_count", K_I64, AT(training.min_count), 1, 1e12, AUTO, 0},
     {"mask_frac", K_DOUBLE, AT(training.mask_frac), 0, 1, LO_OPEN | HI_OPEN | SINCE_0_2, 0},
     {"crop_frac", K_DOUBLE, AT(training.crop_frac), 0, 1, SINCE_0_2, 0},
     {"crop_min", K_INT, AT(training.crop_min), 1, 65536, SINCE_0_2, 0},
     {"crop_max", K_INT, AT(training.crop_max), 1, 65536, SINCE_0_2, 0},
     {"label_smoothing", K_FLOAT, AT(training.label_smoothing), 0, 1, HI_OPEN | SINCE_0_2, 0},
     {"token_dropout", K_FLOAT, AT(training.token_dropout), 0, 1, HI_OPEN | SINCE_0_2, 0},
-    {"wide_nb", K_FLOAT, AT(training.wide_nb), 0, 100, SINCE_0_2, 0},
+    {"wide_nb", K_FLOAT, AT(training.wide_nb), 0, 100, SINCE_0_2 | AUTO, 0},
     {"ema", K_FLOAT, AT(training.ema), 0, 1, HI_OPEN | SINCE_0_2 | AUTO, 0},
-    {"members", K_INT, AT(training.members), 1, AC_MAX_MEMBERS, SINCE_0_2, 0},
+    {"members", K_INT, AT(training.members), 1, AC_MAX_MEMBERS, SINCE_0_2 | AUTO, 0},
 };
 
 static const key_spec PROVENANCE_KEYS[] = {
@@ -462,6 +465,8 @@ static int store_value(void *base, const key_spec *k, const cJSON *v)
             *(float *)(void *)field = AC_AUTO;
         else if (k->kind == K_DOUBLE)
             *(double *)(void *)field = AC_AUTO;
+        else if (k->kind == K_I64)
+            *(int64_t *)(void *)field = AC_AUTO;
         else
             return -1;
         return 0;
@@ -907,7 +912,8 @@ static cJSON *value_json(const void *base, const key_spec *k)
     if ((k->flags & AUTO) &&
         ((k->kind == K_INT && *(const int *)(const void *)field == AC_AUTO) ||
          (k->kind == K_FLOAT && *(const float *)(const void *)field == AC_AUTO) ||
-         (k->kind == K_DOUBLE && *(const double *)(const void *)field == AC_AUTO)))
+         (k->kind == K_DOUBLE && *(const double *)(const void *)field == AC_AUTO) ||
+         (k->kind == K_I64 && *(const int64_t *)(const void *)field == AC_AUTO)))
         return cJSON_CreateString("auto");
     switch (k->kind) {
     case K_INT:

@@ -1,6 +1,6 @@
 /* Quantized model directories: the "storage" object of config.json, and
- * model.safetensors with int8 matrices and the pruned sparse wide table
- * (layout in attnctl/quant_io.h). */
+ * model.safetensors with int8 matrices, 4-bit embeddings and the pruned
+ * wide table (layout in attnctl/quant_io.h). */
 #include "attnctl/quant_io.h"
 
 #include <errno.h>
@@ -15,12 +15,12 @@
 #define STORAGE_KEY "storage"
 #define STORAGE_FORMAT "quantized"
 #define STORAGE_MATRICES "int8-row"
-#define WIDE_IDS "head.wide.ids"
-#define WIDE_STARTS "head.wide.starts"
-#define ID_BLOCK_BITS 16 /* ids are stored as their low 16 bits, grouped by the rest */
+#define WIDE_PRESENT "head.wide.present"
+#define WIDE_RANK "head.wide.rank"
 #define WIDE_VALUES "head.wide.values"
 #define WIDE_SCALES "head.wide.scales"
 #define WIDE_TABLE "head.wide.weight"
+#define EMBED_TABLE "embed.weight"
 #define SCALE_SUFFIX ".scale"
 #define MAX_CONFIG_BYTES ((size_t)16 << 20)
 
@@ -41,18 +41,20 @@ static int parse_storage(ac_storage *s, const cJSON *obj, const char *name, ac_e
 {
     if (!cJSON_IsObject(obj))
         return ac_err_set(err, "%s: storage: must be an object", name);
-    const cJSON *format = NULL, *version = NULL, *matrices = NULL, *rows = NULL, *group = NULL;
+    const cJSON *format = NULL, *version = NULL, *matrices = NULL, *rows = NULL, *group = NULL,
+                *bits = NULL;
     for (const cJSON *it = obj->child; it; it = it->next) {
         const cJSON **slot = strcmp(it->string, "format") == 0       ? &format
                              : strcmp(it->string, "version") == 0    ? &version
                              : strcmp(it->string, "matrices") == 0   ? &matrices
                              : strcmp(it->string, "wide_rows") == 0  ? &rows
                              : strcmp(it->string, "wide_group") == 0 ? &group
+                             : strcmp(it->string, "wide_bits") == 0  ? &bits
                                                                      : NULL;
         if (!slot)
             return ac_err_set(err,
                               "%s: storage.%.60s: unknown key (known: format, version, matrices, "
-                              "wide_rows, wide_group)",
+                              "wide_rows, wide_group, wide_bits)",
                               name, it->string);
         if (*slot)
             return ac_err_set(err, "%s: storage.%.60s: repeated key", name, it->string);
@@ -63,7 +65,12 @@ static int parse_storage(ac_storage *s, const cJSON *obj, const char *name, ac_e
         return ac_err_set(err, "%s: storage.version: missing", name);
     if (storage_int(version, name, "version", 1, 1000000, &v, err) != 0)
         return -1;
-    if (v != AC_STORAGE_VERSION)
+    if (v < AC_STORAGE_VERSION)
+        return ac_err_set(err,
+                          "%s: storage.version %ld: an older quantized layout that this attnctl "
+                          "no longer reads (it reads version %d); quantize the FP32 model again",
+                          name, v, AC_STORAGE_VERSION);
+    if (v > AC_STORAGE_VERSION)
         return ac_err_set(err,
                           "%s: storage.version %ld: written by a newer attnctl (this one reads "
                           "version %d); quantize the model again with this one",
@@ -77,13 +84,17 @@ static int parse_storage(ac_storage *s, const cJSON *obj, const char *name, ac_e
         return ac_err_set(err, "%s: storage.wide_rows: missing", name);
     if (!group)
         return ac_err_set(err, "%s: storage.wide_group: missing", name);
-    long k = 0, g = 0;
+    if (!bits)
+        return ac_err_set(err, "%s: storage.wide_bits: missing", name);
+    long k = 0, g = 0, b = 0;
     if (storage_int(rows, name, "wide_rows", 0, 1L << 30, &k, err) != 0 ||
-        storage_int(group, name, "wide_group", 1, 1L << 30, &g, err) != 0)
+        storage_int(group, name, "wide_group", 1, 1L << 30, &g, err) != 0 ||
+        storage_int(bits, name, "wide_bits", 2, 8, &b, err) != 0)
         return -1;
     s->quantized = 1;
     s->wide_rows = (int)k;
     s->wide_group = (int)g;
+    s->wide_bits = (int)b;
     return 0;
 }
 
@@ -122,12 +133,14 @@ done:
 
 /* ---------------------------------------------------------- the tensor list */
 
-typedef enum { KIND_F32, KIND_I8_ROWS, KIND_WIDE } tensor_kind;
+typedef enum { KIND_F32, KIND_I8_ROWS, KIND_Q4_ROWS, KIND_WIDE } tensor_kind;
 
 static tensor_kind kind_of(const ac_param_info *p)
 {
     if (strcmp(p->name, WIDE_TABLE) == 0)
         return KIND_WIDE;
+    if (strcmp(p->name, EMBED_TABLE) == 0 && p->ndim == 2)
+        return KIND_Q4_ROWS;
     if (p->ndim == 2 && strcmp(p->name, "head.weight") != 0)
         return KIND_I8_ROWS;
     return KIND_F32;
@@ -170,7 +183,7 @@ static int expect_tensor(const ac_safetensors *st, const char *name, const char 
                           path, name, got_s, want_s);
     }
     const unsigned char *p = st->data + t->begin;
-    const unsigned align = strcmp(dtype, "I8") == 0 ? 1 : strcmp(dtype, "U16") == 0 ? 2 : 4;
+    const unsigned align = strcmp(dtype, "I8") == 0 || strcmp(dtype, "U8") == 0 ? 1 : 4;
     if ((uintptr_t)p % align != 0)
         return ac_err_set(err, "%s: tensor \"%s\": data not %u-byte aligned", path, name, align);
     *data = p;
@@ -196,14 +209,15 @@ static int check_no_extras(const ac_safetensors *st, const ac_model *m, const ch
         const char *tn = st->tensors[i].name;
         size_t len = strlen(tn), sl = strlen(SCALE_SUFFIX);
         int ok;
-        if (strcmp(tn, WIDE_IDS) == 0 || strcmp(tn, WIDE_STARTS) == 0 ||
+        if (strcmp(tn, WIDE_PRESENT) == 0 || strcmp(tn, WIDE_RANK) == 0 ||
             strcmp(tn, WIDE_VALUES) == 0 || strcmp(tn, WIDE_SCALES) == 0) {
             ok = ac_model_has_wide(&m->cfg);
         } else if (len > sl && strcmp(tn + len - sl, SCALE_SUFFIX) == 0 &&
                    len - sl < sizeof base) {
             snprintf(base, sizeof base, "%.*s", (int)(len - sl), tn);
             int k = ac_model_find_tensor(m, base);
-            ok = k >= 0 && kind_of(&m->table[k]) == KIND_I8_ROWS;
+            ok = k >= 0 && (kind_of(&m->table[k]) == KIND_I8_ROWS ||
+                            kind_of(&m->table[k]) == KIND_Q4_ROWS);
         } else {
             int k = ac_model_find_tensor(m, tn);
             ok = k >= 0 && kind_of(&m->table[k]) != KIND_WIDE;
@@ -217,63 +231,66 @@ static int check_no_extras(const ac_safetensors *st, const ac_model *m, const ch
     return 0;
 }
 
-static const int32_t NO_IDS[1] = {0};
+static int64_t ceil_div64(int64_t a, int64_t b) { return a / b + (a % b != 0); }
 
-/* The kept bucket ids from their stored form: U16 low bits, and where each
- * block of 2^16 buckets starts among them (checked: starts from 0 to K, not
- * decreasing, ids ascending within a block, inside the table). */
-static int decode_ids(int32_t *id, const uint16_t *low, const int32_t *starts, int n_blocks, int K,
-                      int n_buckets, const char *path, ac_err *err)
+/* The presence bitmap and rank directory agree (checked: no bucket past the
+ * table, rank[0] 0, each entry the kept rows below its block, the last K):
+ * then every index a lookup computes lies in 0..K-1. */
+static int check_presence(const uint8_t *present, const int32_t *rank, int n_buckets, int K,
+                          const char *path, ac_err *err)
 {
-    if (starts[0] != 0 || starts[n_blocks] != K)
-        return ac_err_set(err, "%s: tensor \"" WIDE_STARTS "\": must run from 0 to %d (got %d to %d)",
-                          path, K, (int)starts[0], (int)starts[n_blocks]);
-    for (int h = 0; h < n_blocks; h++) {
-        if (starts[h + 1] < starts[h])
-            return ac_err_set(err, "%s: tensor \"" WIDE_STARTS "\": element %d (%d) is below element "
-                                   "%d (%d)",
-                              path, h + 1, (int)starts[h + 1], h, (int)starts[h]);
-        for (int i = starts[h]; i < starts[h + 1]; i++) {
-            const int64_t full = ((int64_t)h << ID_BLOCK_BITS) | low[i];
-            if (full >= n_buckets)
-                return ac_err_set(err, "%s: tensor \"" WIDE_IDS "\": element %d is bucket %lld, "
-                                       "outside 0..%d",
-                                  path, i, (long long)full, n_buckets - 1);
-            if (i > starts[h] && low[i] <= low[i - 1])
-                return ac_err_set(err, "%s: tensor \"" WIDE_IDS "\": element %d (%d) does not come "
-                                       "after element %d (%d): ids must ascend",
-                                  path, i, (int)low[i], i - 1, (int)low[i - 1]);
-            id[i] = (int32_t)full;
+    const int n_blocks = (int)ceil_div64(n_buckets, AC_WIDE_RANK_BLOCK);
+    const int tail_bits = n_buckets % 8;
+    if (tail_bits && (present[n_buckets / 8] >> tail_bits) != 0)
+        return ac_err_set(err, "%s: tensor \"" WIDE_PRESENT "\": bits set past bucket %d", path,
+                          n_buckets - 1);
+    if (rank[0] != 0)
+        return ac_err_set(err, "%s: tensor \"" WIDE_RANK "\": element 0 is %d, expected 0", path,
+                          (int)rank[0]);
+    const size_t bytes = ((size_t)n_buckets + 7) / 8, block_bytes = AC_WIDE_RANK_BLOCK / 8;
+    int64_t count = 0;
+    for (int k = 0; k < n_blocks; k++) {
+        const size_t from = (size_t)k * block_bytes;
+        const size_t to = from + block_bytes < bytes ? from + block_bytes : bytes;
+        size_t i = from;
+        for (; i + 8 <= to; i += 8) { /* a word at a time: a cold start reads the whole bitmap */
+            uint64_t w;
+            memcpy(&w, present + i, sizeof w);
+            count += __builtin_popcountll(w);
         }
+        for (; i < to; i++)
+            count += __builtin_popcount(present[i]);
+        if (rank[k + 1] != count)
+            return ac_err_set(err,
+                              "%s: tensor \"" WIDE_RANK "\": element %d is %d, but %lld buckets "
+                              "below %lld are kept",
+                              path, k + 1, (int)rank[k + 1], (long long)count,
+                              (long long)(k + 1) * AC_WIDE_RANK_BLOCK);
     }
+    if (count != K)
+        return ac_err_set(err, "%s: tensor \"" WIDE_PRESENT "\": %lld buckets kept, "
+                               "storage.wide_rows says %d",
+                          path, (long long)count, K);
     return 0;
 }
-
-static int id_blocks(int n_buckets) { return ceil_div(n_buckets, 1 << ID_BLOCK_BITS); }
 
 static int load_wide(ac_quant *q, const ac_safetensors *st, const ac_model *m, const ac_storage *s,
                      const char *path, ac_err *err)
 {
     const int C = m->cfg.n_classes, W = ac_wide_stored_width(C), K = s->wide_rows;
-    const int n_scales = ceil_div(K, s->wide_group), n_blocks = id_blocks(m->cfg.wide_buckets);
-    const void *low, *starts, *values, *scales;
-    if (expect_tensor(st, WIDE_IDS, "U16", 1, K, 0, &low, path, err) != 0 ||
-        expect_tensor(st, WIDE_STARTS, "I32", 1, n_blocks + 1, 0, &starts, path, err) != 0 ||
-        expect_tensor(st, WIDE_VALUES, "I8", 2, K, W, &values, path, err) != 0 ||
-        expect_tensor(st, WIDE_SCALES, "F32", 1, n_scales, 0, &scales, path, err) != 0 ||
-        check_scales(scales, (size_t)n_scales, WIDE_SCALES, path, err) != 0)
+    const int N = m->cfg.wide_buckets;
+    const int64_t n_codes = ceil_div64(K, s->wide_group), n_blocks = ceil_div64(N, AC_WIDE_RANK_BLOCK);
+    const void *present, *rank, *values, *codes;
+    if (expect_tensor(st, WIDE_PRESENT, "U8", 1, ceil_div64(N, 8), 0, &present, path, err) != 0 ||
+        expect_tensor(st, WIDE_RANK, "I32", 1, n_blocks + 1, 0, &rank, path, err) != 0 ||
+        expect_tensor(st, WIDE_VALUES, "U8", 1, ceil_div64((int64_t)K * W * s->wide_bits, 8), 0,
+                      &values, path, err) != 0 ||
+        expect_tensor(st, WIDE_SCALES, "U8", 1, n_codes, 0, &codes, path, err) != 0 ||
+        check_presence(present, rank, N, K, path, err) != 0)
         return -1;
-    int32_t *id = malloc((size_t)K * sizeof *id + 1);
-    if (!id)
-        return ac_err_set(err, "%s: out of memory", path);
-    if (decode_ids(id, low, starts, n_blocks, K, m->cfg.wide_buckets, path, err) != 0) {
-        free(id);
-        return -1;
-    }
-    free(q->decoded_ids);
-    q->decoded_ids = id;
-    q->wide = (ac_wide_sparse){.n = K, .n_classes = C, .width = W, .group = s->wide_group,
-                               .ids = K ? id : NO_IDS, .q = values, .scales = scales};
+    q->wide = (ac_wide_sparse){.n = K, .n_buckets = N, .n_classes = C, .width = W,
+                               .group = s->wide_group, .bits = s->wide_bits, .present = present, .rank = rank,
+                               .values = values, .codes = codes};
     return 0;
 }
 
@@ -306,6 +323,24 @@ static int load_checked(ac_model *m, ac_quant *q, const ac_safetensors *st, cons
                 if (pass == 1)
                     memcpy(m->params + p->offset, data, p->numel * sizeof(float));
                 break;
+            case KIND_Q4_ROWS:
+                snprintf(scale_name, sizeof scale_name, "%s" SCALE_SUFFIX, p->name);
+                if (expect_tensor(st, p->name, "U8", 2, p->shape[0],
+                                  (int64_t)ac_qb_bytes((size_t)p->shape[1], AC_EMBED_BITS), &data, path,
+                                  err) != 0 ||
+                    expect_tensor(st, scale_name, "U8", 1, p->shape[0], 0, &scale, path,
+                                  err) != 0)
+                    return -1;
+                if (pass == 1 && lazy) {
+                    q->embed_q = data;
+                    q->embed_code = scale;
+                    q->embed_rows = p->shape[0];
+                    q->embed_cols = p->shape[1];
+                } else if (pass == 1) {
+                    ac_dequant_rows_qb(m->params + p->offset, data, scale, (size_t)p->shape[0],
+                                       (size_t)p->shape[1], AC_EMBED_BITS);
+                }
+                break;
             case KIND_I8_ROWS:
                 snprintf(scale_name, sizeof scale_name, "%s" SCALE_SUFFIX, p->name);
                 if (expect_tensor(st, p->name, "I8", 2, p->shape[0], p->shape[1], &data, path,
@@ -315,12 +350,7 @@ static int load_checked(ac_model *m, ac_quant *q, const ac_safetensors *st, cons
                     return -1;
                 if (pass == 0 && check_scales(scale, (size_t)p->shape[0], scale_name, path, err))
                     return -1;
-                if (pass == 1 && lazy && m->p.embed_w == m->params + p->offset) {
-                    q->embed_q = data;
-                    q->embed_scale = scale;
-                    q->embed_rows = p->shape[0];
-                    q->embed_cols = p->shape[1];
-                } else if (pass == 1) {
+                if (pass == 1) {
                     ac_dequant_rows_i8(m->params + p->offset, data, scale, (size_t)p->shape[0],
                                        (size_t)p->shape[1]);
                 }
@@ -425,7 +455,7 @@ static char *join(const char *dir, const char *name)
 
 /* config.json of the quantized model: the source's, in its layout, with
  * the storage object last. */
-static char *quantized_config_json(const ac_config *cfg, int kept, int group)
+static char *quantized_config_json(const ac_config *cfg, int kept, int group, int bits)
 {
     char *plain = ac_config_to_json(cfg);
     char *end = plain ? strrchr(plain, '}') : NULL;
@@ -440,8 +470,8 @@ static char *quantized_config_json(const ac_config *cfg, int kept, int group)
     if (asprintf(&text,
                  "%s,\n  \"" STORAGE_KEY "\": {\n    \"format\": \"" STORAGE_FORMAT "\",\n"
                  "    \"version\": %d,\n    \"matrices\": \"" STORAGE_MATRICES "\",\n"
-                 "    \"wide_rows\": %d,\n    \"wide_group\": %d\n  }\n}\n",
-                 plain, AC_STORAGE_VERSION, kept, group) < 0)
+                 "    \"wide_rows\": %d,\n    \"wide_group\": %d,\n    \"wide_bits\": %d\n  }\n}\n",
+                 plain, AC_STORAGE_VERSION, kept, group, bits) < 0)
         text = NULL;
     free(plain);
     return text;
@@ -491,14 +521,14 @@ static ac_st_entry *add_entry(tensor_set *t, const char *a, const char *b, const
     return e;
 }
 
-/* The quantized tensors of m: the 4-byte ones into head, the 2-byte ones
- * into mid, the int8 ones into tail (written in that order: each aligned). */
-static int build_tensors(tensor_set *head, tensor_set *mid, tensor_set *tail, const ac_model *m,
-                         int wide_rows, int group, const uint32_t *uses, int *kept, ac_err *err)
+/* The quantized tensors of m: the 4-byte ones into head, the bytes into
+ * tail (written in that order: each aligned). */
+static int build_tensors(tensor_set *head, tensor_set *tail, const ac_model *m, int wide_rows,
+                         int group, int bits, const uint32_t *uses, int *kept, ac_err *err)
 {
     const int cap = 2 * m->n_tensors + 4;
-    for (int k = 0; k < 3; k++) {
-        tensor_set *t = k == 0 ? head : k == 1 ? mid : tail;
+    for (int k = 0; k < 2; k++) {
+        tensor_set *t = k == 0 ? head : tail;
         t->entries = calloc((size_t)cap, sizeof *t->entries);
         t->names = calloc((size_t)cap, sizeof *t->names);
         t->buffers = calloc((size_t)cap, sizeof *t->buffers);
@@ -515,6 +545,23 @@ static int build_tensors(tensor_set *head, tensor_set *mid, tensor_set *tail, co
             if (!add_entry(head, p->name, "", NULL, w, NULL, p->ndim, p->shape[0], p->shape[1]))
                 return ac_err_set(err, "out of memory");
             break;
+        case KIND_Q4_ROWS: {
+            const size_t rb = ac_qb_bytes(cols, AC_EMBED_BITS);
+            uint8_t *q = malloc(rows * rb + 1), *code = malloc(rows + 1);
+            if (!q || !code) {
+                free(q);
+                free(code);
+                return ac_err_set(err, "out of memory");
+            }
+            ac_quant_rows_qb(q, code, w, rows, cols, AC_EMBED_BITS);
+            if (!add_entry(tail, p->name, SCALE_SUFFIX, "U8", code, code, 1, (int64_t)rows, 0)) {
+                free(q);
+                return ac_err_set(err, "out of memory");
+            }
+            if (!add_entry(tail, p->name, "", "U8", q, q, 2, (int64_t)rows, (int64_t)rb))
+                return ac_err_set(err, "out of memory");
+            break;
+        }
         case KIND_I8_ROWS: {
             int8_t *q = malloc(rows * cols + 1);
             float *scale = malloc(rows * sizeof *scale + 1);
@@ -533,73 +580,76 @@ static int build_tensors(tensor_set *head, tensor_set *mid, tensor_set *tail, co
             break;
         }
         case KIND_WIDE: {
-            const int C = m->cfg.n_classes, W = ac_wide_stored_width(C);
-            const int keep = wide_rows < p->shape[0] ? wide_rows : p->shape[0];
+            const int C = m->cfg.n_classes, W = ac_wide_stored_width(C), N = p->shape[0];
+            const int keep = wide_rows < N ? wide_rows : N;
             int32_t *ids = malloc((size_t)keep * sizeof *ids + 1);
-            if (!ids)
-                return ac_err_set(err, "out of memory");
             /* every word of the vocabulary keeps its own (unigram) row */
-            uint8_t *words = calloc((size_t)p->shape[0], 1);
-            if (!words) {
+            uint8_t *words = calloc((size_t)N, 1);
+            if (!ids || !words) {
                 free(ids);
+                free(words);
                 return ac_err_set(err, "out of memory");
             }
             for (int32_t id = 0; id < m->cfg.vocab_size; id++)
-                words[wide_bucket(&id, 1, p->shape[0])] = 1;
-            int n = ac_wide_select_rows(ids, w, p->shape[0], C, keep, words, uses, err);
+                words[wide_bucket(&id, 1, N)] = 1;
+            int n = ac_wide_select_rows(ids, w, N, C, keep, words, uses, err);
             free(words);
             if (n < 0) {
                 free(ids);
                 return -1;
             }
             *kept = n;
-            const int n_scales = ceil_div(n, group);
-            float *scales = malloc((size_t)n_scales * sizeof *scales + 1);
-            int8_t *q = malloc((size_t)n * (size_t)W + 1);
-            if (!scales || !q) {
+            const int n_codes = ceil_div(n, group), n_blocks = ceil_div(N, AC_WIDE_RANK_BLOCK);
+            const size_t n_values = ac_qb_bytes((size_t)n * (size_t)W, bits);
+            uint8_t *codes = malloc((size_t)n_codes + 1), *values = malloc(n_values + 1);
+            uint8_t *present = malloc((size_t)N / 8 + 2);
+            int32_t *rank = malloc(((size_t)n_blocks + 1) * sizeof *rank);
+            if (!codes || !values || !present || !rank) {
                 free(ids);
-                free(scales);
-                free(q);
+                free(codes);
+                free(values);
+                free(present);
+                free(rank);
                 return ac_err_set(err, "out of memory");
             }
-            ac_wide_quantize(q, scales, w, ids, n, C, group);
-            /* ids as their low 16 bits, and where each block of 2^16 buckets starts */
-            const int n_blocks = id_blocks(p->shape[0]);
-            uint16_t *low = malloc((size_t)n * sizeof *low + 1);
-            int32_t *starts = calloc((size_t)n_blocks + 1, sizeof *starts);
-            if (!low || !starts) {
-                free(ids);
-                free(scales);
-                free(q);
-                free(low);
-                free(starts);
-                return ac_err_set(err, "out of memory");
-            }
-            for (int k = 0; k < n; k++)
-                low[k] = (uint16_t)(ids[k] & ((1 << ID_BLOCK_BITS) - 1));
-            for (int h = 0, k = 0; h <= n_blocks; h++) {
-                while (k < n && (ids[k] >> ID_BLOCK_BITS) < h)
-                    k++;
-                starts[h] = k;
-            }
+            ac_wide_quantize(values, codes, w, ids, n, C, group, bits);
+            ac_wide_presence(present, rank, N, ids, n);
             free(ids);
-            if (!add_entry(head, WIDE_STARTS, "", "I32", starts, starts, 1, n_blocks + 1, 0) ||
-                !add_entry(mid, WIDE_IDS, "", "U16", low, low, 1, n, 0)) {
-                free(scales);
-                free(q);
+            if (!add_entry(head, WIDE_RANK, "", "I32", rank, rank, 1, n_blocks + 1, 0)) {
+                free(codes);
+                free(values);
+                free(present);
                 return ac_err_set(err, "out of memory");
             }
-            if (!add_entry(head, WIDE_SCALES, "", NULL, scales, scales, 1, n_scales, 0)) {
-                free(q);
+            if (!add_entry(tail, WIDE_PRESENT, "", "U8", present, present, 1, ceil_div(N, 8), 0)) {
+                free(codes);
+                free(values);
                 return ac_err_set(err, "out of memory");
             }
-            if (!add_entry(tail, WIDE_VALUES, "", "I8", q, q, 2, n, W))
+            if (!add_entry(tail, WIDE_SCALES, "", "U8", codes, codes, 1, n_codes, 0)) {
+                free(values);
+                return ac_err_set(err, "out of memory");
+            }
+            if (!add_entry(tail, WIDE_VALUES, "", "U8", values, values, 1, (int64_t)n_values, 0))
                 return ac_err_set(err, "out of memory");
             break;
         }
         }
     }
     return 0;
+}
+
+/* The first parameter of m that is not finite, or -1: a quantized model
+ * holds finite values only. */
+static int non_finite_tensor(const ac_model *m)
+{
+    for (int i = 0; i < m->n_tensors; i++) {
+        const float *w = m->params + m->table[i].offset;
+        for (size_t k = 0; k < m->table[i].numel; k++)
+            if (!isfinite(w[k]))
+                return i;
+    }
+    return -1;
 }
 
 static int file_exists(const char *path)
@@ -612,10 +662,10 @@ enum { F_CONFIG, F_VOCAB, F_MODEL, N_FILES };
 static const char *const FILE_NAMES[N_FILES] = {"config.json", "vocab.txt", "model.safetensors"};
 
 int ac_quantize_model_dir(const char *src, const char *dst, int wide_rows, int wide_group,
-                          const uint32_t *uses, int *kept, ac_err *err)
+                          int wide_bits, const uint32_t *uses, int *kept, ac_err *err)
 {
-    if (wide_rows < 0 || wide_group < 1)
-        return ac_err_set(err, "quantize: wide rows must be >= 0 and the group >= 1");
+    if (wide_rows < 0 || wide_group < 1 || wide_bits < 2 || wide_bits > 8)
+        return ac_err_set(err, "quantize: wide rows must be >= 0, the group >= 1 and the bits 2..8");
     ac_model_dir md;
     if (ac_model_dir_load(&md, src, err) != 0)
         return -1;
@@ -624,7 +674,7 @@ int ac_quantize_model_dir(const char *src, const char *dst, int wide_rows, int w
     size_t vocab_len = 0;
     ac_atomic_file files[N_FILES];
     int begun[N_FILES] = {0};
-    tensor_set head = {0}, mid = {0}, tail = {0};
+    tensor_set head = {0}, tail = {0};
     ac_st_entry *all = NULL;
     int rc = -1;
     for (int i = 0; i < N_FILES; i++)
@@ -650,18 +700,24 @@ int ac_quantize_model_dir(const char *src, const char *dst, int wide_rows, int w
         }
     if (ac_read_file(vocab_src, (size_t)1 << 30, &vocab, &vocab_len, err) != 0)
         goto done;
-    if (build_tensors(&head, &mid, &tail, &md.model, wide_rows, wide_group, uses, kept, err) != 0)
+    const int bad = non_finite_tensor(&md.model);
+    if (bad >= 0) {
+        ac_err_set(err, "%s: tensor \"%s\" holds a value that is not finite; it cannot be quantized",
+                   src, md.model.table[bad].name);
         goto done;
-    config_json = quantized_config_json(&md.config, *kept, wide_group);
-    const int n_all = head.n + mid.n + tail.n;
+    }
+    if (build_tensors(&head, &tail, &md.model, wide_rows, wide_group, wide_bits, uses, kept,
+                      err) != 0)
+        goto done;
+    config_json = quantized_config_json(&md.config, *kept, wide_group, wide_bits);
+    const int n_all = head.n + tail.n;
     all = calloc((size_t)n_all + 1, sizeof *all);
     if (!config_json || !all) {
         ac_err_set(err, "%s: out of memory", dst);
         goto done;
     }
     memcpy(all, head.entries, (size_t)head.n * sizeof *all);
-    memcpy(all + head.n, mid.entries, (size_t)mid.n * sizeof *all);
-    memcpy(all + head.n + mid.n, tail.entries, (size_t)tail.n * sizeof *all);
+    memcpy(all + head.n, tail.entries, (size_t)tail.n * sizeof *all);
     if (ac_mkdir_p(dst, err) != 0)
         goto done;
     const char *const META[] = {"format", "pt", "producer", ("attnctl " AC_VERSION)};
@@ -692,7 +748,6 @@ done:
     free(config_json);
     free(all);
     tensor_set_free(&head);
-    tensor_set_free(&mid);
     tensor_set_free(&tail);
     ac_model_dir_free(&md);
     return rc;

@@ -143,7 +143,8 @@ int ac_model_config_validate(const ac_model_config *cfg, ac_err *err)
     if (check_range("ngram_order", cfg->ngram_order, 0, 3, err) ||
         check_range("ngram_buckets", cfg->ngram_buckets, 0, MAX_NGRAM_BUCKETS, err))
         return -1;
-    if (check_range("wide_order", cfg->wide_order, 0, 3, err) ||
+    if ((cfg->wide_order != AC_WIDE_ORDER_AUTO &&
+         check_range("wide_order", cfg->wide_order, 0, 3, err)) ||
         check_range("wide_buckets", cfg->wide_buckets, 0, MAX_NGRAM_BUCKETS, err))
         return -1;
     if (!(cfg->wide_norm >= 0.0f && cfg->wide_norm <= 1.0f))
@@ -276,6 +277,9 @@ int ac_model_create(ac_model *m, const ac_model_config *cfg, ac_err *err)
     memset(m, 0, sizeof *m);
     if (ac_model_config_validate(cfg, err))
         return -1;
+    if (cfg->wide_order == AC_WIDE_ORDER_AUTO)
+        return ac_err_set(err, "model.wide_order: \"auto\" is chosen by training; a model needs "
+                               "a number from 0 to 3");
     m->cfg = *cfg;
     int max_tensors = 5 + 13 * cfg->n_layers + 3;
     m->table = calloc((size_t)max_tensors, sizeof *m->table);
@@ -650,6 +654,34 @@ static void embed_ids(ac_model *m, float *out, const int32_t *ids, const int32_t
     }
 }
 
+/* The classifier of a quantized model, [B, d] x [C, d]^T + bias in plain C
+ * (a fixed order of sums: the same bits everywhere): so tiny a product
+ * needs no OpenBLAS, which a quantized model's prediction then never loads
+ * (ac_model_inference_needs_blas). */
+static void head_forward_plain(float *out, const float *in, const float *w, const float *bias,
+                               int B, int d, int C)
+{
+    for (int b = 0; b < B; b++)
+        for (int c = 0; c < C; c++) {
+            float sum = 0.0f;
+            for (int k = 0; k < d; k++)
+                sum += in[(size_t)b * d + k] * w[(size_t)c * d + k];
+            out[(size_t)b * C + c] = sum + bias[c];
+        }
+}
+
+int ac_model_inference_needs_blas(const ac_model *m)
+{
+    const ac_quant *q = m->quant;
+    if (!q || m->cfg.objective != AC_OBJECTIVE_CLASSIFICATION || q->n_layers != m->cfg.n_layers)
+        return 1;
+    for (int l = 0; l < q->n_layers; l++)
+        for (int k = 0; k < AC_QL_PER_LAYER; k++)
+            if (!q->linear[l][k].packed)
+                return 1;
+    return 0;
+}
+
 /* Linear layer `which` (AC_QL_*) of encoder layer l: in int8 in a quantized
  * model (attnctl/quant.h), else the F32 layer. */
 static void layer_linear(const ac_model *m, int l, int which, float *out, const float *in,
@@ -757,13 +789,16 @@ static float classifier_head_forward(ac_model *m, const int32_t *lengths, const 
                         ac_rng_key(dropout_key, DROP_SITE_POOLED));
         head_in = a->pooled_drop;
     }
-    linear_forward(a->logits, head_in, m->p.head_w, m->p.head_b, B, d, C);
+    if (m->quant)
+        head_forward_plain(a->logits, head_in, m->p.head_w, m->p.head_b, B, d, C);
+    else
+        linear_forward(a->logits, head_in, m->p.head_w, m->p.head_b, B, d, C);
     /* Without ids (a forward from embed_sum) there are no n-grams: the
      * logits are the encoder's alone (see ac_model_forward_embedded). */
     if (m->p.wide_w && m->last_ids) {
         wide_buckets_compute(a->wide_ids, a->wide_counts, m->last_ids, lengths, B, T,
                              c->wide_order, c->wide_buckets);
-        if (m->quant && m->quant->wide.ids)
+        if (m->quant && m->quant->wide.present)
             ac_wide_sparse_forward(a->logits, &m->quant->wide, a->wide_ids, a->wide_counts, B, T,
                                    c->wide_order, c->wide_norm);
         else

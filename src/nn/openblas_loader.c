@@ -59,8 +59,9 @@ void cblas_sgemm(OPENBLAS_CONST enum CBLAS_ORDER Order, OPENBLAS_CONST enum CBLA
                  OPENBLAS_CONST blasint ldb, OPENBLAS_CONST float beta, float *C,
                  OPENBLAS_CONST blasint ldc)
 {
-    /* main loads OpenBLAS before any command runs; reaching here without it
-     * is a bug, and a null call would crash anyway. */
+    /* main loads OpenBLAS before any command runs (predict: cli_infer_open,
+     * for a model that needs it); reaching here without it is a bug, and a
+     * null call would crash anyway. */
     if (!blas.sgemm)
         __builtin_trap();
     blas.sgemm(Order, TransA, TransB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);

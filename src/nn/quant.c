@@ -1,5 +1,5 @@
-/* Quantized models: int8 rows, the pruned sparse wide table, and the lazy
- * token embeddings (see attnctl/quant.h). */
+/* Quantized models: int8 and 4-bit rows, the pruned wide table, and the
+ * lazy token embeddings (see attnctl/quant.h). */
 #include "attnctl/quant.h"
 #include "attnctl/model.h"
 
@@ -33,6 +33,83 @@ void ac_dequant_rows_i8(float *w, const int8_t *q, const float *scale, size_t ro
     for (size_t r = 0; r < rows; r++)
         for (size_t i = 0; i < cols; i++)
             w[r * cols + i] = (float)q[r * cols + i] * scale[r];
+}
+
+/* ------------------------------------------------- 4-bit values, scale codes */
+
+#define SCALE_CODE_ZERO 192 /* the code of scale 1 */
+
+float ac_scale_of_code(uint8_t e)
+{
+    /* 2^(j/8), j = 0..7: exact constants, so every machine decodes the same scale */
+    static const float FRAC[8] = {1.0f,           1.0905077327f, 1.1892071150f, 1.2968395547f,
+                                  1.4142135624f,  1.5422108254f, 1.6817928305f, 1.8340080864f};
+    if (e == 0)
+        return 0.0f;
+    const int k = (int)e - SCALE_CODE_ZERO; /* -191 .. 63 */
+    const int whole = k >= 0 ? k / 8 : -((-k + 7) / 8);
+    return ldexpf(FRAC[k - 8 * whole], whole);
+}
+
+uint8_t ac_scale_code(float max_abs, int bits)
+{
+    if (!(max_abs > 0.0f))
+        return 0;
+    const float need = max_abs / (float)ac_qb_max(bits);
+    /* a guess from the logarithm, then exact steps against the decoded scales */
+    double g = ceil(8.0 * log2((double)need)) + SCALE_CODE_ZERO;
+    int e = g < 1.0 ? 1 : g > 255.0 ? 255 : (int)g;
+    while (e > 1 && ac_scale_of_code((uint8_t)(e - 1)) >= need)
+        e--;
+    while (e < 255 && ac_scale_of_code((uint8_t)e) < need)
+        e++;
+    return (uint8_t)e;
+}
+
+static int round_qb(float x, int bits)
+{
+    const long r = lrintf(x), max = ac_qb_max(bits);
+    return (int)(r > max ? max : r < -max ? -max : r);
+}
+
+/* Stores v as value i of a packed b-bit array whose bytes start zeroed. */
+static void qb_put(uint8_t *packed, size_t i, int v, int bits)
+{
+    const size_t at = i * (size_t)bits;
+    const unsigned shift = (unsigned)(at & 7);
+    const unsigned x = (unsigned)v & ((1u << bits) - 1u);
+    packed[at >> 3] |= (uint8_t)(x << shift);
+    if (shift + (unsigned)bits > 8)
+        packed[(at >> 3) + 1] |= (uint8_t)(x >> (8 - shift));
+}
+
+void ac_quant_rows_qb(uint8_t *packed, uint8_t *code, const float *w, size_t rows, size_t cols,
+                      int bits)
+{
+    const size_t rb = ac_qb_bytes(cols, bits);
+    for (size_t r = 0; r < rows; r++) {
+        const float *row = w + r * cols;
+        uint8_t *out = packed + r * rb;
+        float max = 0.0f;
+        for (size_t i = 0; i < cols; i++)
+            max = fmaxf(max, fabsf(row[i]));
+        code[r] = ac_scale_code(max, bits);
+        const float s = ac_scale_of_code(code[r]);
+        memset(out, 0, rb);
+        for (size_t i = 0; i < cols; i++)
+            qb_put(out, i, s > 0.0f ? round_qb(row[i] / s, bits) : 0, bits);
+    }
+}
+
+void ac_dequant_rows_qb(float *w, const uint8_t *packed, const uint8_t *code, size_t rows,
+                        size_t cols, int bits)
+{
+    const size_t rb = ac_qb_bytes(cols, bits);
+    for (size_t r = 0; r < rows; r++) {
+        const float s = ac_scale_of_code(code[r]);
+        for (size_t i = 0; i < cols; i++)
+            w[r * cols + i] = (float)ac_qb_get(packed + r * rb, i, bits) * s;
+    }
 }
 
 /* ------------------------------------------------------------ the wide table */
@@ -113,40 +190,69 @@ static void stored_values(float *out, const float *row, int C)
         out[c] = (float)((double)row[c] - mean);
 }
 
-void ac_wide_quantize(int8_t *q, float *scales, const float *table, const int32_t *ids, int n,
-                      int C, int group)
+void ac_wide_quantize(uint8_t *packed, uint8_t *codes, const float *table, const int32_t *ids,
+                      int n, int C, int group, int bits)
 {
     const int width = ac_wide_stored_width(C);
     float v[width];
+    memset(packed, 0, ac_qb_bytes((size_t)n * (size_t)width, bits));
     for (int g0 = 0; g0 < n; g0 += group) {
         int g1 = g0 + group < n ? g0 + group : n;
         float max = 0.0f;
         for (int i = g0; i < g1; i++) {
             stored_values(v, table + (size_t)ids[i] * C, C);
             for (int k = 0; k < width; k++)
-                max = isfinite(v[k]) ? fmaxf(max, fabsf(v[k])) : NAN;
+                max = fmaxf(max, fabsf(v[k]));
         }
-        float s = max / 127.0f;
-        scales[g0 / group] = s;
+        const uint8_t e = ac_scale_code(max, bits);
+        const float s = ac_scale_of_code(e);
+        codes[g0 / group] = e;
         for (int i = g0; i < g1; i++) {
             stored_values(v, table + (size_t)ids[i] * C, C);
             for (int k = 0; k < width; k++)
-                q[(size_t)i * width + k] = s > 0.0f ? round_i8(v[k] / s) : 0;
+                qb_put(packed, (size_t)i * width + k, s > 0.0f ? round_qb(v[k] / s, bits) : 0,
+                       bits);
         }
     }
 }
 
-int ac_wide_sparse_find(const ac_wide_sparse *w, int32_t id, int from)
+void ac_wide_presence(uint8_t *present, int32_t *rank, int n_buckets, const int32_t *ids, int n)
 {
-    int lo = from, hi = w->n; /* the answer is in [lo, hi) */
-    while (lo < hi) {
-        int mid = lo + (hi - lo) / 2;
-        if (w->ids[mid] < id)
-            lo = mid + 1;
-        else
-            hi = mid;
+    const int n_blocks = (n_buckets + AC_WIDE_RANK_BLOCK - 1) / AC_WIDE_RANK_BLOCK;
+    memset(present, 0, ((size_t)n_buckets + 7) / 8);
+    for (int i = 0; i < n; i++)
+        present[ids[i] >> 3] |= (uint8_t)(1u << (ids[i] & 7));
+    for (int k = 0, i = 0; k <= n_blocks; k++) {
+        while (i < n && ids[i] < k * AC_WIDE_RANK_BLOCK)
+            i++;
+        rank[k] = i;
     }
-    return lo < w->n && w->ids[lo] == id ? lo : -1;
+}
+
+/* Set bits among the first `bits` bits of p. */
+static int count_bits(const uint8_t *p, int bits)
+{
+    int n = 0, i = 0;
+    for (; i + 64 <= bits; i += 64) {
+        uint64_t w;
+        memcpy(&w, p + i / 8, sizeof w);
+        n += __builtin_popcountll(w);
+    }
+    for (; i + 8 <= bits; i += 8)
+        n += __builtin_popcount(p[i / 8]);
+    if (i < bits)
+        n += __builtin_popcount(p[i / 8] & ((1u << (bits - i)) - 1u));
+    return n;
+}
+
+int ac_wide_sparse_find(const ac_wide_sparse *w, int32_t id)
+{
+    if (id < 0 || id >= w->n_buckets || !((w->present[id >> 3] >> (id & 7)) & 1))
+        return -1;
+    const int block = id / AC_WIDE_RANK_BLOCK;
+    return w->rank[block] +
+           count_bits(w->present + (size_t)block * (AC_WIDE_RANK_BLOCK / 8),
+                      id - block * AC_WIDE_RANK_BLOCK);
 }
 
 void ac_wide_sparse_forward(float *logits, const ac_wide_sparse *w, const int32_t *buckets,
@@ -159,23 +265,13 @@ void ac_wide_sparse_forward(float *logits, const ac_wide_sparse *w, const int32_
         double sum[width];
         for (int k = 0; k < width; k++)
             sum[k] = 0.0;
-        int from = 0;
-        for (int i = 0; i < counts[b] && from < w->n; i++) {
-            /* buckets ascend: each search starts where the last one ended */
-            int lo = from, hi = w->n;
-            while (lo < hi) {
-                int mid = lo + (hi - lo) / 2;
-                if (w->ids[mid] < bk[i])
-                    lo = mid + 1;
-                else
-                    hi = mid;
-            }
-            from = lo;
-            if (lo == w->n || w->ids[lo] != bk[i])
+        for (int i = 0; i < counts[b]; i++) {
+            const int r = ac_wide_sparse_find(w, bk[i]);
+            if (r < 0)
                 continue;
-            const double s = (double)w->scales[lo / w->group];
+            const double s = (double)ac_scale_of_code(w->codes[r / w->group]);
             for (int k = 0; k < width; k++)
-                sum[k] += s * (double)w->q[(size_t)lo * width + k];
+                sum[k] += s * (double)ac_qb_get(w->values, (size_t)r * width + k, w->bits);
         }
         const double scale = wide_scale(counts[b], norm);
         float *out = logits + (size_t)b * C;
@@ -192,17 +288,20 @@ void ac_wide_sparse_forward(float *logits, const ac_wide_sparse *w, const int32_
 void ac_wide_sparse_to_dense(float *table, const ac_wide_sparse *w)
 {
     const int C = w->n_classes;
-    for (int i = 0; i < w->n; i++) {
-        const float s = w->scales[i / w->group];
-        float *row = table + (size_t)w->ids[i] * C;
+    for (int id = 0, i = 0; id < w->n_buckets && i < w->n; id++) {
+        if (!((w->present[id >> 3] >> (id & 7)) & 1))
+            continue;
+        const float s = ac_scale_of_code(w->codes[i / w->group]);
+        float *row = table + (size_t)id * C;
         if (C == 2) {
-            float x = (float)w->q[i] * s;
+            float x = (float)ac_qb_get(w->values, (size_t)i, w->bits) * s;
             row[0] = 0.5f * x;
             row[1] = -0.5f * x;
         } else {
             for (int c = 0; c < C; c++)
-                row[c] = (float)w->q[(size_t)i * C + c] * s;
+                row[c] = (float)ac_qb_get(w->values, (size_t)i * C + c, w->bits) * s;
         }
+        i++;
     }
 }
 
@@ -217,7 +316,6 @@ void ac_quant_free(ac_quant *q)
     if (q->mapping)
         munmap(q->mapping, q->mapping_len);
     free(q->owned);
-    free(q->decoded_ids);
     free(q);
 }
 
@@ -231,7 +329,8 @@ void ac_model_quant_embed_rows(ac_model *m, const int32_t *ids, size_t n)
     const size_t d = (size_t)q->embed_cols;
     for (size_t i = 0; i < n; i++) {
         const size_t r = (size_t)ids[i];
-        ac_dequant_rows_i8(m->p.embed_w + r * d, q->embed_q + r * d, q->embed_scale + r, 1, d);
+        ac_dequant_rows_qb(m->p.embed_w + r * d, q->embed_q + r * ac_qb_bytes(d, AC_EMBED_BITS),
+                           q->embed_code + r, 1, d, AC_EMBED_BITS);
     }
 }
 
@@ -241,11 +340,11 @@ void ac_model_quant_materialize(ac_model *m)
     if (!q)
         return;
     if (q->embed_q) {
-        ac_dequant_rows_i8(m->p.embed_w, q->embed_q, q->embed_scale, (size_t)q->embed_rows,
-                           (size_t)q->embed_cols);
+        ac_dequant_rows_qb(m->p.embed_w, q->embed_q, q->embed_code, (size_t)q->embed_rows,
+                           (size_t)q->embed_cols, AC_EMBED_BITS);
         q->embed_q = NULL;
-        q->embed_scale = NULL;
+        q->embed_code = NULL;
     }
-    if (q->wide.ids && m->p.wide_w)
+    if (q->wide.present && m->p.wide_w)
         ac_wide_sparse_to_dense(m->p.wide_w, &q->wide);
 }

@@ -1,32 +1,64 @@
 /* The training settings left to the data ("auto" in config.json): chosen
- * from the training rows at the start of a fresh run, before the batch
- * plans, and recorded as numbers, so that the run can be repeated and
- * resumed. The recipe was chosen on IMDB (reviews of hundreds of tokens);
- * texts at least as long as the crops keep exactly its values. On shorter
- * texts (one-line reviews, tweets, answers) the k-fold runs on short sets
- * (benchmarks/EXPERIMENTS.md, "Adaptive defaults") showed two changes to
- * help:
+ * from the training rows at the start of a fresh run, before the
+ * vocabulary is built, and recorded as numbers, so that the run can be
+ * repeated and resumed. The recipe was chosen on IMDB (reviews of hundreds
+ * of tokens); texts at least as long as the crops keep exactly its values.
+ * On shorter texts (one-line reviews, tweets, answers) the k-fold runs on
+ * short sets (benchmarks/EXPERIMENTS.md, "Adaptive defaults" and "Other
+ * people's data") showed these to help:
  *   - more epochs: a short set gives few steps an epoch, and its texts
  *     few tokens a step;
  *   - a shorter weight average: 0.999 averages over ~1,000 steps, about a
- *     short set's whole run.
+ *     short set's whole run;
+ *   - the wide path starts at naive Bayes' log-count ratios (wide_nb): a
+ *     row seen in a handful of steps barely leaves zero under AdamW, and
+ *     NB's ratios are the strong linear model on few short rows (NBSVM).
+ *     On IMDB's 22,500 long reviews the same start overfits (validation
+ *     -1.2 points), so long texts keep zeros;
+ *   - one member: with the NB start, three members read as one on the
+ *     short sets (the start removes the variance the average was there
+ *     for), at a third of the time;
+ *   - word n-grams up to 2, not 3, on the wide path: a few thousand short
+ *     rows rarely repeat a trigram, whose rows are then noise;
+ *   - every word in the vocabulary (min count 1): a word seen once in a
+ *     few thousand rows is still a feature worth its NB ratio.
  * Crops stay: turning them off on short texts was level on those sets. */
 #include <stdio.h>
 #include <string.h>
 
 #include "attnctl/train.h"
 
-void ac_train_adapt(ac_train_config *tc, const ac_adapt_data *d, char *said, size_t n)
+/* A setting's two values: the IMDB recipe's, and short texts'. */
+#define PICK(is_short, name) ((is_short) ? AC_ADAPT_SHORT_##name : AC_ADAPT_LONG_##name)
+
+void ac_train_adapt_to_long_texts(ac_train_config *tc, ac_model_config *mc)
+{
+    ac_adapt_data d = {.median_tokens = tc->crop_max, .labelled = 1};
+    char said[8];
+    ac_train_adapt(tc, mc, &d, said, sizeof said);
+}
+
+void ac_train_adapt(ac_train_config *tc, ac_model_config *mc, const ac_adapt_data *d, char *said,
+                    size_t n)
 {
     if (n > 0)
         said[0] = '\0';
     if (!d->labelled) {
-        /* Pretraining: no weight average (the classifier's recipe), the
-         * fixed epochs. Not reported. */
+        /* Pretraining: no weight average, members or wide path (the
+         * classifier's recipe), the fixed epochs and vocabulary. Not
+         * reported. */
         if (tc->ema == AC_AUTO)
             tc->ema = 0.0f;
+        if (tc->members == AC_AUTO)
+            tc->members = 1;
+        if (tc->wide_nb == AC_AUTO)
+            tc->wide_nb = 0.0f;
         if (tc->epochs == AC_AUTO)
             tc->epochs = AC_ADAPT_LONG_EPOCHS;
+        if (tc->min_count == AC_AUTO)
+            tc->min_count = AC_ADAPT_LONG_MIN_COUNT;
+        if (mc->wide_order == AC_WIDE_ORDER_AUTO)
+            mc->wide_order = 0;
         return;
     }
     const int is_short = d->median_tokens < tc->crop_max;
@@ -39,13 +71,37 @@ void ac_train_adapt(ac_train_config *tc, const ac_adapt_data *d, char *said, siz
             used += (size_t)snprintf(said + used, n - used, __VA_ARGS__);                         \
     } while (0)
     if (tc->epochs == AC_AUTO) {
-        tc->epochs = is_short ? AC_ADAPT_SHORT_EPOCHS : AC_ADAPT_LONG_EPOCHS;
+        tc->epochs = PICK(is_short, EPOCHS);
         SAY("%d epochs", tc->epochs);
     }
     if (tc->ema == AC_AUTO) {
-        tc->ema = is_short ? AC_ADAPT_SHORT_EMA : AC_ADAPT_LONG_EMA;
+        tc->ema = PICK(is_short, EMA);
         SAY("weight average decay %g", (double)tc->ema);
     }
+    if (tc->members == AC_AUTO) {
+        tc->members = PICK(is_short, MEMBERS);
+        SAY("%d member%s", tc->members, tc->members == 1 ? "" : "s");
+    }
+    if (tc->min_count == AC_AUTO) {
+        tc->min_count = PICK(is_short, MIN_COUNT);
+        SAY("vocabulary min count %lld", (long long)tc->min_count);
+    }
+    if (mc->wide_order == AC_WIDE_ORDER_AUTO && mc->wide_buckets > 0) {
+        mc->wide_order = PICK(is_short, WIDE_ORDER);
+        SAY("wide path of word n-grams up to %d", mc->wide_order);
+    }
+    const int has_wide = mc->wide_order >= 1 && mc->wide_buckets > 0;
+    if (tc->wide_nb == AC_AUTO && !has_wide)
+        tc->wide_nb = 0.0f; /* nothing to start: not worth a word */
+    if (tc->wide_nb == AC_AUTO) {
+        tc->wide_nb = PICK(is_short, WIDE_NB);
+        if (tc->wide_nb > 0)
+            SAY("wide path from naive Bayes x%g", (double)tc->wide_nb);
+        else
+            SAY("wide path from zeros");
+    }
+    if (mc->wide_order == AC_WIDE_ORDER_AUTO)
+        mc->wide_order = 0; /* no buckets: no wide path */
     if (used > 0 && used < n)
         snprintf(said + used, n - used, " (median text %lld tokens, %s --crop-max %d)",
                  (long long)d->median_tokens, is_short ? "below" : "at least", tc->crop_max);

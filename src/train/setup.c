@@ -193,22 +193,39 @@ static int compare_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* The settings left to the data ("auto"), from the encoded training rows. */
+/* The settings left to the data ("auto"), from the training rows'
+ * lengths in tokens (at most max_len), before the vocabulary: the
+ * vocabulary's minimum count is one of them. */
 static int adapt_to_data(trainer *t, ac_err *err)
 {
-    const ac_corpus *c = &t->train_corpus;
-    int64_t *lengths = malloc((size_t)(t->n_train > 0 ? t->n_train : 1) * sizeof *lengths);
-    if (!lengths)
-        return ac_err_set(err, "out of memory");
-    for (int64_t k = 0; k < t->n_train; k++) {
-        const int64_t r = t->train_idx[k];
-        lengths[k] = c->off[r + 1] - c->off[r];
+    ac_adapt_data d = {.median_tokens = 0, .labelled = t->obj->labelled};
+    if (d.labelled && t->n_train > 0) {
+        const ac_rawdata *raw = t->opt->train;
+        int64_t *lengths = malloc((size_t)t->n_train * sizeof *lengths);
+        ac_tokenizer *tok = NULL;
+        if (!lengths || ac_tokenizer_create(&tok, &t->cfg.tokenizer, err)) {
+            free(lengths);
+            return lengths ? ac_err_prefix(err, "measuring the training rows")
+                           : ac_err_set(err, "out of memory");
+        }
+        for (int64_t k = 0; k < t->n_train; k++) {
+            const int64_t r = t->train_idx[k];
+            const ac_token *tokens;
+            int64_t n = ac_tokenize(tok, ac_rawdata_text(raw, r), ac_rawdata_text_len(raw, r),
+                                    &tokens);
+            if (n < 0) {
+                ac_tokenizer_free(tok);
+                free(lengths);
+                return ac_err_set(err, "out of memory measuring the training rows");
+            }
+            lengths[k] = n < t->cfg.model.max_len ? n : t->cfg.model.max_len;
+        }
+        ac_tokenizer_free(tok);
+        qsort(lengths, (size_t)t->n_train, sizeof *lengths, compare_i64);
+        d.median_tokens = lengths[t->n_train / 2];
+        free(lengths);
     }
-    qsort(lengths, (size_t)t->n_train, sizeof *lengths, compare_i64);
-    ac_adapt_data d = {.median_tokens = t->n_train > 0 ? lengths[t->n_train / 2] : 0,
-                       .labelled = t->obj->labelled};
-    free(lengths);
-    ac_train_adapt(&t->cfg.training, &d, t->adapted, sizeof t->adapted);
+    ac_train_adapt(&t->cfg.training, &t->cfg.model, &d, t->adapted, sizeof t->adapted);
     return 0;
 }
 
@@ -228,6 +245,8 @@ static int setup_fresh(trainer *t, ac_err *err)
     if (split_rows(t, err))
         return -1;
 
+    if (adapt_to_data(t, err))
+        return -1;
     const ac_train_config *tc = &t->cfg.training;
     if (o->init_dir) {
         if (trainer_take_init(t, err))
@@ -249,8 +268,6 @@ static int setup_fresh(trainer *t, ac_err *err)
     if (ac_model_config_validate(&t->cfg.model, err))
         return ac_err_prefix(err, "model configuration");
     if (encode_corpora(t, err))
-        return -1;
-    if (adapt_to_data(t, err))
         return -1;
     if (ac_model_create(&t->model, &t->cfg.model, err))
         return ac_err_prefix(err, "creating the model");
@@ -326,7 +343,9 @@ static int setup_resume(trainer *t, ac_err *err)
         return ac_err_set(err, "resume: %s/trainer_state.json: seed differs from config.json",
                           t->ckpt_dir);
     const ac_train_config *tc = &t->cfg.training;
-    if (tc->epochs == AC_AUTO || tc->ema == AC_AUTO)
+    if (tc->epochs == AC_AUTO || tc->ema == AC_AUTO || tc->members == AC_AUTO ||
+        tc->wide_nb == AC_AUTO || tc->min_count == AC_AUTO ||
+        t->cfg.model.wide_order == AC_WIDE_ORDER_AUTO)
         return ac_err_set(err, "resume: %s/config.json: a training setting is \"auto\" (a run "
                                "records the values it chose)",
                           t->ckpt_dir);

@@ -1,9 +1,10 @@
 /* libFuzzer target: a quantized model directory (attnctl quantize) on the
- * paths predict and inspect take: ac_model_dir_load_inference (int8
+ * paths predict and inspect take: ac_model_dir_load_inference (4-bit
  * embeddings dequantized as a forward uses them, the wide table sparse) and
  * ac_model_dir_load (every parameter written), then one forward each.
  *
- * At start-up the library saves a tiny model with a wide path into a
+ * At start-up the library saves a tiny model with a wide path (45 buckets:
+ * the presence bitmap's last byte is partial) into a
  * temporary directory (under $TMPDIR, removed at exit) and quantizes it
  * into another; the input replaces the quantized model.safetensors, or,
  * when it starts with '{', the quantized config.json (the storage object),
@@ -76,7 +77,7 @@ static void make_dirs(void)
                                   .n_heads = 2, .d_ff = 8, .n_layers = 1, .n_classes = 2,
                                   .pooling = AC_POOL_MEAN, .dropout = 0.0f, .ln_eps = 1e-6f,
                                   .positions = AC_POS_LEARNED, .ngram_order = 2,
-                                  .ngram_buckets = 5, .wide_order = 2, .wide_buckets = 40,
+                                  .ngram_buckets = 5, .wide_order = 2, .wide_buckets = 45,
                                   .wide_norm = 0.5f, .temperature = 1.0f};
     static char neg[] = "negative", pos[] = "positive";
     char *labels[] = {neg, pos};
@@ -93,7 +94,8 @@ static void make_dirs(void)
         m.p.wide_w[i] = 0.01f * (float)(i % 17) - 0.05f;
     int kept = 0;
     if (ac_model_dir_save(fp32_dir, &cfg, &vocab, &m, NULL, NULL, NULL, &err) != 0 ||
-        ac_quantize_model_dir(fp32_dir, q_dir, 12, 4, NULL, &kept, &err) != 0) {
+        ac_quantize_model_dir(fp32_dir, q_dir, 12, 4, AC_QUANT_DEFAULT_WIDE_BITS, NULL, &kept,
+                              &err) != 0) {
         fprintf(stderr, "fuzz setup failed: %s\n", err.msg);
         exit(2);
     }
