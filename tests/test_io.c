@@ -7,6 +7,7 @@
 #include <ftw.h>
 #include <math.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,6 +184,42 @@ static void expect_load_error(const char *path, const char *want)
     ck_assert_msg(strstr(err2.msg, want) != NULL, "parse: expected \"%s\" in: %s", want, err2.msg);
     free(buf);
 }
+
+/* ------------------------------------------------------ config settings */
+
+/* A numeric key as the command line sets it (ac_config_setting): its field,
+ * type and the range config.json itself accepts; "auto" where the key takes
+ * it; no setting for unknown or non-numeric keys. */
+START_TEST(test_config_setting)
+{
+    ac_setting st;
+    ck_assert_int_eq(ac_config_setting("training.epochs", &st), 0);
+    ck_assert_uint_eq(st.offset, offsetof(ac_config, training.epochs));
+    ck_assert_int_eq(st.type, AC_SETTING_INT);
+    ck_assert(st.lo == 1 && st.hi == 1000000 && !st.lo_open && !st.hi_open && st.auto_ok);
+    ck_assert_int_eq(ac_config_setting("training.lr", &st), 0);
+    ck_assert_uint_eq(st.offset, offsetof(ac_config, training.optim.lr));
+    ck_assert_int_eq(st.type, AC_SETTING_FLOAT);
+    ck_assert(st.lo == 0 && st.hi == 10 && st.lo_open && !st.hi_open && !st.auto_ok);
+    ck_assert_int_eq(ac_config_setting("training.vocab_max", &st), 0);
+    ck_assert_int_eq(st.type, AC_SETTING_I32);
+    ck_assert_int_eq(ac_config_setting("model.ngram_order", &st), 0);
+    ck_assert(st.lo == 0 && st.hi == 3);
+    /* the range is the parser's: its ends load, a step beyond does not */
+    ac_config c;
+    ac_config_defaults(&c);
+    ac_err err;
+    const char *ok = "{\"model\": {\"ngram_order\": 0}, \"training\": {\"lr\": 10}}";
+    ck_assert_msg(ac_config_parse(&c, ok, strlen(ok), "x.json", 0, &err) == 0, "%s", err.msg);
+    const char *bad = "{\"training\": {\"lr\": 0}}";
+    ck_assert_int_eq(ac_config_parse(&c, bad, strlen(bad), "x.json", 0, &err), -1);
+    ac_config_free(&c);
+    ck_assert_int_eq(ac_config_setting("model.pooling", &st), -1);
+    ck_assert_int_eq(ac_config_setting("training.nothing", &st), -1);
+    ck_assert_int_eq(ac_config_setting("epochs", &st), -1);
+    ck_assert_int_eq(ac_config_setting("train.epochs", &st), -1);
+}
+END_TEST
 
 /* ------------------------------------------------------ safetensors: basics */
 
@@ -1978,6 +2015,7 @@ static Suite *io_suite(void)
 {
     Suite *s = suite_create("io");
     TCase *tc = tcase_create("safetensors");
+    tcase_add_test(tc, test_config_setting);
     tcase_add_test(tc, test_st_round_trip);
     tcase_add_test(tc, test_st_any_header_order);
     tcase_add_test(tc, test_st_other_dtypes);

@@ -8,6 +8,7 @@
 #include "../src/train/curves.h"
 #include "attnctl/metrics.h"
 #include "attnctl/rng.h"
+#include "attnctl/strbuf.h"
 
 #define EPS 1e-12
 
@@ -547,6 +548,35 @@ static void assert_svg_document(const char *svg)
     ck_assert_int_eq(count_substr(svg, "<text"), count_substr(svg, "</text>"));
 }
 
+/* The text buffer every drawing is built in (attnctl/strbuf.h): growth past
+ * its first block, escaping, and the text taken out whole. */
+START_TEST(test_strbuf)
+{
+    ac_strbuf b;
+    ac_strbuf_init(&b);
+    char *empty = ac_strbuf_take(&b);
+    ck_assert_ptr_nonnull(empty);
+    ck_assert_str_eq(empty, "");
+    free(empty);
+    for (int i = 0; i < 1000; i++)
+        ac_strbuf_printf(&b, "%04d,", i);
+    ck_assert_uint_eq(b.len, 5000);
+    ck_assert(strncmp(b.data + 4995, "0999,", 5) == 0 && b.data[5000] == '\0');
+    ac_strbuf_free(&b);
+    ac_strbuf_xml_text(&b, "a<b>&\"c\" don't\x01\tx\n");
+    ac_strbuf_puts(&b, "|");
+    ac_strbuf_put(&b, "xyz", 2);
+    char *text = ac_strbuf_take(&b);
+    ck_assert_str_eq(text, "a&lt;b&gt;&amp;&quot;c&quot; don&#39;t \tx\n|xy");
+    ck_assert_ptr_null(b.data);
+    free(text);
+    /* A failed allocation: writes ignored, no text. */
+    b.failed = 1;
+    ac_strbuf_puts(&b, "lost");
+    ck_assert_ptr_null(ac_strbuf_take(&b));
+}
+END_TEST
+
 START_TEST(test_calibration_svg)
 {
     ac_metrics m;
@@ -674,6 +704,7 @@ int main(void)
     tcase_add_test(calibration, test_temperature_nll_by_hand);
     tcase_add_test(calibration, test_temperature_edge_cases);
     tcase_add_test(calibration, test_temperature_errors);
+    tcase_add_test(calibration, test_strbuf);
     tcase_add_test(calibration, test_calibration_svg);
     tcase_add_test(calibration, test_curves_svg_members);
     suite_add_tcase(s, calibration);

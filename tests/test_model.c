@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "attnctl/attribution.h"
+#include "attnctl/infer.h"
 #include "attnctl/mlm.h"
 #include "attnctl/model.h"
 #include "attnctl/optim.h"
@@ -739,6 +740,65 @@ START_TEST(test_padding_is_invisible)
                           (double)m.act.logits[k], (double)before[k]);
         ac_model_free(&m);
     }
+}
+END_TEST
+
+/* The inference loop (attnctl/infer.h): as one batch it returns the model's
+ * own figures bit for bit (the trainer's validation depends on that); grouped
+ * by length, every row gets the figures it gets alone, in batch order. */
+START_TEST(test_inference_loop)
+{
+    ac_model_config cfg = small_config(AC_POOL_MEAN, 0.0f);
+    cfg.temperature = 1.5f;
+    ac_model m, ref;
+    enum { B = 5, T = 6 };
+    ac_err err;
+    ck_assert_msg(ac_model_create(&m, &cfg, &err) == 0, "%s", err.msg);
+    model_make(&ref, &cfg, B, T);
+    randomize(&m, 60);
+    memcpy(ref.params, m.params, m.n_params * sizeof *m.params);
+    batch bt;
+    const int32_t lengths[B] = {2, 6, 1, 6, 3};
+    batch_fill(&bt, B, T, lengths, cfg.vocab_size, cfg.n_classes, 61);
+    const int C = cfg.n_classes;
+
+    ac_infer whole, grouped;
+    ck_assert_msg(ac_infer_init(&whole, B, T, C, AC_INFER_AS_GIVEN, 1, &err) == 0, "%s", err.msg);
+    ck_assert_msg(ac_infer_init(&grouped, B, T, C, AC_INFER_BY_LENGTH, 1, &err) == 0, "%s",
+                  err.msg);
+    /* The model's activations are grown by the loop: none allocated yet. */
+    ck_assert_msg(ac_infer_run(&whole, &m, bt.ids, bt.lengths, bt.labels, B, T, &err) == 0, "%s",
+                  err.msg);
+    float loss = ac_model_forward(&ref, bt.ids, bt.lengths, bt.labels, B, T, 0, 0);
+    ck_assert(memcmp(&loss, &whole.mean_loss, sizeof loss) == 0);
+    ck_assert(memcmp(whole.logits, ref.act.logits, (size_t)B * C * sizeof(float)) == 0);
+    ck_assert(memcmp(whole.probs, ref.act.probs_out, (size_t)B * C * sizeof(float)) == 0);
+    ck_assert(memcmp(whole.losses, ref.act.losses, (size_t)B * sizeof(float)) == 0);
+
+    ck_assert_msg(ac_infer_run(&grouped, &m, bt.ids, bt.lengths, bt.labels, B, T, &err) == 0,
+                  "%s", err.msg);
+    for (int b = 0; b < B; b++) {
+        /* Row b alone, padded to its own length. */
+        ac_model_forward(&ref, bt.ids + b * T, bt.lengths + b, bt.labels + b, 1, lengths[b], 0, 0);
+        for (int c = 0; c < C; c++) {
+            float want = ref.act.probs_out[c], got = ac_infer_probs(&grouped, b)[c];
+            ck_assert_msg(fabsf(got - want) <= 1e-5f, "row %d class %d: %g grouped, %g alone", b,
+                          c, (double)got, (double)want);
+        }
+        ck_assert(fabsf(grouped.losses[b] - ref.act.losses[0]) <= 1e-5f);
+    }
+    ck_assert(fabsf(grouped.mean_loss - whole.mean_loss) <= 1e-5f);
+    /* Without labels: probabilities only, losses 0. */
+    ck_assert_msg(ac_infer_run(&grouped, &m, bt.ids, bt.lengths, NULL, B, T, &err) == 0, "%s",
+                  err.msg);
+    ck_assert(grouped.losses[0] == 0.0f && grouped.mean_loss == 0.0f);
+    /* A batch beyond the buffers is an error, not a write past them. */
+    ck_assert_int_eq(ac_infer_run(&grouped, &m, bt.ids, bt.lengths, NULL, B + 1, T, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "outside"));
+    ac_infer_free(&whole);
+    ac_infer_free(&grouped);
+    ac_model_free(&m);
+    ac_model_free(&ref);
 }
 END_TEST
 
@@ -1775,6 +1835,7 @@ static Suite *model_suite(void)
     tcase_add_test(grad, test_sparse_rows_match_dense);
     tcase_add_test(grad, test_eval_mode_has_no_dropout);
     tcase_add_test(grad, test_padding_is_invisible);
+    tcase_add_test(grad, test_inference_loop);
     tcase_add_test(grad, test_input_gradient_finite_differences);
     tcase_add_test(grad, test_split_model_matches_the_model);
     suite_add_tcase(s, grad);

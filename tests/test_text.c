@@ -122,6 +122,36 @@ static void vocab_from_text(ac_vocab *v, const char *content)
 
 /* ---------------------------------------------------------------- tokenizer */
 
+/* An enum's one list of names (attnctl/names.h): each name read back to its
+ * value, an older spelling read but never written or listed, the list spelt
+ * for errors and for JSON, and a list cut to its buffer still a string. */
+START_TEST(test_enum_names)
+{
+    const ac_names *t = &ac_truncation_names;
+    for (int v = AC_TRUNC_HEAD; v <= AC_TRUNC_HEAD_TAIL; v++) {
+        int back = -1;
+        ck_assert_int_eq(ac_names_parse(t, ac_names_name(t, v), &back), 0);
+        ck_assert_int_eq(back, v);
+        ck_assert(ac_names_has(t, v));
+    }
+    ac_truncation tr;
+    ck_assert_int_eq(ac_truncation_parse("head_tail", &tr), 0);
+    ck_assert_int_eq(tr, AC_TRUNC_HEAD_TAIL);
+    ck_assert_str_eq(ac_truncation_name(AC_TRUNC_HEAD_TAIL), "head+tail");
+    ck_assert_int_eq(ac_truncation_parse("HEAD", &tr), -1);
+    ck_assert_int_eq(ac_truncation_parse(NULL, &tr), -1);
+    ck_assert_str_eq(ac_truncation_name((ac_truncation)7), "unknown");
+    ck_assert(!ac_names_has(t, 7));
+    char list[64];
+    ck_assert_str_eq(ac_names_list(t, 0, list, sizeof list), "head, tail or head+tail");
+    ck_assert_str_eq(ac_names_list(t, 1, list, sizeof list), "\"head\", \"tail\", \"head+tail\"");
+    ck_assert_str_eq(ac_names_list(&ac_text_format_names, 0, list, sizeof list),
+                     "auto, csv or lines");
+    char small[8];
+    ck_assert_str_eq(ac_names_list(t, 0, small, sizeof small), "head, t");
+}
+END_TEST
+
 START_TEST(test_tok_defaults)
 {
     ac_tokenizer_config c;
@@ -1682,6 +1712,7 @@ int main(void)
 {
     Suite *s = suite_create("text");
     TCase *tok = tcase_create("tokenizer");
+    tcase_add_test(tok, test_enum_names);
     tcase_add_test(tok, test_tok_defaults);
     tcase_add_test(tok, test_tok_words_and_punctuation);
     tcase_add_test(tok, test_tok_html_tags);

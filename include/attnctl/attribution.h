@@ -34,6 +34,7 @@
 
 #include "attnctl/error.h"
 #include "attnctl/model.h"
+#include "attnctl/names.h"
 
 typedef enum {
     AC_ATTR_NONE = 0,
@@ -43,6 +44,7 @@ typedef enum {
 
 const char *ac_attr_method_name(ac_attr_method m); /* "none", "ig", "gradxinput" */
 int ac_attr_method_parse(const char *s, ac_attr_method *out); /* 0 ok, -1 unknown */
+extern const ac_names ac_attr_method_names; /* the names, in the order listed */
 
 /* Default number of trapezoid intervals for IG: 32 (33 points, one batch).
  * On a model trained on data/sample_train.csv with the default settings

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "attnctl/error.h"
+#include "attnctl/names.h"
 #include "attnctl/nn.h"
 #include "attnctl/quant.h"
 
@@ -23,6 +24,7 @@ typedef enum {
 } ac_positions;
 const char *ac_positions_name(ac_positions p);
 int ac_positions_parse(const char *s, ac_positions *out); /* 0 ok, -1 unknown */
+extern const ac_names ac_positions_names; /* the names, in the order listed */
 
 /* What the encoder is trained for: the head on top of it (DESIGN.md:
  * "objectives other than classification are a different head on the same
@@ -35,6 +37,7 @@ typedef enum {
 } ac_objective;
 const char *ac_objective_name(ac_objective o); /* "classification", "masked_lm" */
 int ac_objective_parse(const char *s, ac_objective *out); /* 0 ok, -1 unknown */
+extern const ac_names ac_objective_names; /* the names, in the order listed */
 
 typedef struct {
     int vocab_size;  /* V, including specials */
@@ -86,6 +89,7 @@ static inline int ac_model_has_wide(const ac_model_config *c)
 int ac_model_config_validate(const ac_model_config *cfg, ac_err *err);
 const char *ac_pooling_name(ac_pooling p);
 int ac_pooling_parse(const char *s, ac_pooling *out); /* 0 ok, -1 unknown */
+extern const ac_names ac_pooling_names; /* the names, in the order listed */
 
 typedef struct {
     char name[AC_PARAM_NAME_LEN]; /* e.g. "layers.0.attn.q.weight" */

@@ -6,6 +6,7 @@
 #include <stddef.h>
 
 #include "attnctl/model.h"
+#include "attnctl/names.h"
 
 typedef enum { AC_SCHED_COSINE = 0, AC_SCHED_LINEAR = 1, AC_SCHED_CONSTANT = 2 } ac_schedule_kind;
 
@@ -23,6 +24,7 @@ typedef struct {
 void ac_optim_config_defaults(ac_optim_config *c);
 const char *ac_schedule_name(ac_schedule_kind k);
 int ac_schedule_parse(const char *s, ac_schedule_kind *out);
+extern const ac_names ac_schedule_names; /* the names, in the order listed */
 
 /* Learning rate for 0-based step `step`: linear warmup over warmup_steps, then
  * cosine or linear decay to lr*min_lr_ratio at total_steps. */

@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "attnctl/error.h"
+#include "attnctl/names.h"
 
 /* ------------------------------------------------------------------ reading */
 
@@ -53,6 +54,7 @@ typedef enum {
 } ac_text_format;
 const char *ac_text_format_name(ac_text_format f);
 int ac_text_format_parse(const char *s, ac_text_format *out); /* 0 ok, -1 unknown */
+extern const ac_names ac_text_format_names; /* the names, in the order listed */
 /* The format a file is read in: `format` itself unless it is AUTO. */
 ac_text_format ac_text_format_of(const char *path, ac_text_format format);
 
@@ -83,6 +85,7 @@ void ac_rawdata_free(ac_rawdata *d);
 typedef enum { AC_TRUNC_HEAD = 0, AC_TRUNC_TAIL = 1, AC_TRUNC_HEAD_TAIL = 2 } ac_truncation;
 const char *ac_truncation_name(ac_truncation t);
 int ac_truncation_parse(const char *s, ac_truncation *out);
+extern const ac_names ac_truncation_names; /* the names, in the order listed */
 
 /* Every setting the tokenizer uses; stored in config.json so an old model
  * keeps tokenizing as it was trained. */

@@ -19,10 +19,8 @@ int cmd_pretrain(int argc, char **argv);
 typedef enum { CLI_TRAIN = 0, CLI_PRETRAIN = 1 } cli_training_kind;
 int cli_run_training(cli_training_kind kind, int argc, char **argv);
 void cli_pretrain_help(void); /* src/cli/pretrain.c */
-/* Blocks of their --help (src/cli/train_options.c). */
-void cli_print_training_options(cli_training_kind kind);
-void cli_print_model_options(cli_training_kind kind);
-void cli_print_output_help(const char *cmd);
+/* Their options' --help, from the option table (src/cli/train_options.c). */
+void cli_print_options(cli_training_kind kind);
 int cmd_eval(int argc, char **argv);
 int cmd_predict(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);

@@ -116,9 +116,11 @@ static int parse_eval_options(int argc, char **argv, eval_options *o)
             break;
         case 't': o->text_column = optarg; break;
         case 'a':
-            if (ac_attr_method_parse(optarg, &o->attribution) != 0)
-                return cli_usage_error("eval", "--attribution: unknown method '%s' (gradxinput, ig or none)",
-                                       optarg);
+            if (ac_attr_method_parse(optarg, &o->attribution) != 0) {
+                char names[64];
+                return cli_usage_error("eval", "--attribution: unknown method '%s' (%s)", optarg,
+                                       ac_names_list(&ac_attr_method_names, 0, names, sizeof names));
+            }
             break;
         case 'l': o->label_column = optarg; break;
         case 'T':

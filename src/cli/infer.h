@@ -1,14 +1,14 @@
-/* Inference plumbing shared by `attnctl eval` and `attnctl predict`: a loaded
- * model directory, a tokenizer, batch buffers, and activations that grow
- * lazily (a one-line `predict` allocates for that line only; the first
- * larger batch allocates for batch_size x max_len once). Eval and predict run
- * the same forward on the same ids, so a text gets the same probabilities
- * whichever command or batch it goes through. */
+/* Inference plumbing shared by `attnctl eval`, `predict`, `quantize`, `bench
+ * --model` and self-training's teacher: a loaded model directory, a
+ * tokenizer and batch buffers around the library's inference loop
+ * (attnctl/infer.h, rows grouped by length), so a text gets the same
+ * probabilities whichever command or batch it goes through. */
 #ifndef ATTNCTL_CLI_INFER_H
 #define ATTNCTL_CLI_INFER_H
 
 #include <stdint.h>
 
+#include "attnctl/infer.h"
 #include "attnctl/io.h"
 #include "attnctl/text.h"
 #include "attnctl/util.h"
@@ -23,28 +23,21 @@ typedef struct {
     int32_t *lengths; /* [batch_size] */
     int32_t *labels;  /* [batch_size] */
     int64_t *rows;    /* [batch_size] */
-    int threads;      /* OpenMP threads for big batches (small ones run on one) */
     int loaded;
-    /* A batch runs as groups of rows of similar length (see cli_infer_forward):
-     * the group's rows, and every row's results in batch order. */
-    int32_t *group_ids, *group_lengths, *group_labels, *order; /* [batch_size * max_len], [batch_size] x3 */
-    float *probs, *losses; /* [batch_size * n_classes], [batch_size] */
+    ac_infer run;     /* the forward and every row's results in batch order */
 } cli_infer;
 
 /* Loads the model directory and allocates the batch buffers (not the activations). */
 int cli_infer_open(cli_infer *s, const char *model_dir, int batch_size, ac_err *err);
-/* Forward over s->ids / s->lengths (B rows of stride T). The rows run as
- * groups of similar length, each padded only to its longest row, so a
- * batch mixing short and long reviews does not pay for the padding of
- * every short one to the longest; a row's result does not depend on the
- * rows it runs with. Probabilities: cli_infer_probs; with labels, the
- * per-example losses: cli_infer_losses. */
+/* Forward over s->ids / s->lengths (B rows of stride T) as groups of rows
+ * of similar length (ac_infer_run, AC_INFER_BY_LENGTH). Probabilities:
+ * cli_infer_probs; with labels, the per-example losses: cli_infer_losses. */
 int cli_infer_forward(cli_infer *s, int B, int T, const int32_t *labels, ac_err *err);
 static inline const float *cli_infer_probs(const cli_infer *s, int b)
 {
-    return s->probs + (size_t)b * (size_t)s->n_classes;
+    return ac_infer_probs(&s->run, b);
 }
-static inline const float *cli_infer_losses(const cli_infer *s) { return s->losses; }
+static inline const float *cli_infer_losses(const cli_infer *s) { return s->run.losses; }
 void cli_infer_close(cli_infer *s);
 /* Reads a CSV[.gz] (need_label: its labels, in the model's classes) and
  * encodes it for the model: *raw, *corpus and a plan of batches of

@@ -59,18 +59,22 @@ static const char usage_text[] =
     "not set; otherwise each token is followed by its weight, e.g. great(0.210), and\n"
     "by its attribution in the attribution block, e.g. great[+1.234].\n";
 
+/* In the order the usage error lists them. */
+static const ac_name FORMAT_NAMES[] = {
+    {FORMAT_JSON, "json", 0},
+    {FORMAT_SVG, "svg", 0},
+    {FORMAT_HTML, "html", 0},
+    {FORMAT_TEXT, "text", 0},
+};
+static const ac_names FORMATS = AC_NAMES(FORMAT_NAMES);
+
 static int parse_format(const char *s, inspect_format *out)
 {
-    static const struct {
-        const char *name;
-        inspect_format format;
-    } formats[] = {{"text", FORMAT_TEXT}, {"json", FORMAT_JSON}, {"svg", FORMAT_SVG}, {"html", FORMAT_HTML}};
-    for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++)
-        if (strcmp(s, formats[i].name) == 0) {
-            *out = formats[i].format;
-            return 0;
-        }
-    return -1;
+    int v;
+    if (ac_names_parse(&FORMATS, s, &v))
+        return -1;
+    *out = (inspect_format)v;
+    return 0;
 }
 
 static int format_from_file_name(const char *path, inspect_format *out)
@@ -217,7 +221,7 @@ static void pooled_weights(inspect_data *d, const ac_model *m, char *measure, si
     }
 }
 
-static int write_output(const render_buf *buf, const char *out_path)
+static int write_output(const ac_strbuf *buf, const char *out_path)
 {
     if (buf->failed)
         return cli_error("inspect: out of memory while rendering");
@@ -294,9 +298,11 @@ static int parse_options(inspect_options *o, int argc, char **argv)
         case OPT_MODEL: o->model_dir = optarg; break;
         case OPT_OUT: o->out_path = optarg; break;
         case OPT_FORMAT:
-            if (parse_format(optarg, &o->format) != 0)
-                return cli_usage_error("inspect", "--format: unknown format '%s' (json, svg, html or text)",
-                                       optarg);
+            if (parse_format(optarg, &o->format) != 0) {
+                char names[64];
+                return cli_usage_error("inspect", "--format: unknown format '%s' (%s)", optarg,
+                                       ac_names_list(&FORMATS, 0, names, sizeof names));
+            }
             o->format_given = 1;
             break;
         case OPT_LAYER:
@@ -314,9 +320,11 @@ static int parse_options(inspect_options *o, int argc, char **argv)
                 return cli_usage_error("inspect", "--threads: '%s' is not a number from 1 to 4096", optarg);
             break;
         case OPT_ATTRIBUTION:
-            if (ac_attr_method_parse(optarg, &o->attribution) != 0)
-                return cli_usage_error("inspect", "--attribution: unknown method '%s' (ig, gradxinput or none)",
-                                       optarg);
+            if (ac_attr_method_parse(optarg, &o->attribution) != 0) {
+                char names[64];
+                return cli_usage_error("inspect", "--attribution: unknown method '%s' (%s)", optarg,
+                                       ac_names_list(&ac_attr_method_names, 0, names, sizeof names));
+            }
             break;
         case OPT_STEPS:
             if (cli_parse_int(optarg, 1, INSPECT_MAX_STEPS, &o->steps) != 0)
@@ -391,8 +399,8 @@ static int run_inspect(inspect_options *o)
     int rc = CLI_EXIT_OK;
     inspect_data d;
     memset(&d, 0, sizeof d);
-    render_buf buf;
-    rb_init(&buf);
+    ac_strbuf buf;
+    ac_strbuf_init(&buf);
 
     if (o->layer_arg && (rc = check_range("--layer", o->layer_arg, o->layer, L, L == 1 ? "layer" : "layers")))
         goto done;
@@ -503,7 +511,7 @@ static int run_inspect(inspect_options *o)
     rc = write_output(&buf, o->out_path);
 
 done:
-    rb_free(&buf);
+    ac_strbuf_free(&buf);
     inspect_data_free(&d);
     ac_model_dir_free(&md);
     return rc;

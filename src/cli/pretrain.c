@@ -4,7 +4,6 @@
  * pretrain says. */
 #include <stdio.h>
 
-#include "attnctl/mlm.h"
 #include "cli.h"
 
 void cli_pretrain_help(void)
@@ -25,24 +24,8 @@ void cli_pretrain_help(void)
            "name (review/text/sentence; labels are ignored); any other file is plain text, one\n"
            "document a line (blank lines skipped). gzip is recognised by content. Never\n"
            "pretrain on the texts you will test on.\n"
-           "\n"
-           "Files:\n"
-           "  -o, --out DIR          output directory (must not hold a model already)\n"
-           "  -c, --config FILE      preset to start from (e.g. models/default.json: its model\n"
-           "                         and tokenizer settings; crops, label smoothing and token\n"
-           "                         dropout are off in pretraining); options override fields\n"
-           "      --format NAME      auto (by file name), csv or lines [auto]\n"
-           "      --text-column NAME the text column of the CSV files\n"
-           "      --resume DIR       continue an interrupted run from DIR/checkpoint (the text\n"
-           "                         files may be given if they moved; same bytes)\n"
-           "\n"
-           "Masking:\n"
-           "      --mask-frac X      share of the tokens predicted, 0 < X < 1 [%g]\n"
-           "\n",
-           AC_MLM_MASK_FRAC);
-    cli_print_training_options(CLI_PRETRAIN);
-    cli_print_model_options(CLI_PRETRAIN);
-    cli_print_output_help("pretrain");
+           "\n");
+    cli_print_options(CLI_PRETRAIN);
 }
 
 int cmd_pretrain(int argc, char **argv)

@@ -10,6 +10,7 @@
 
 #include "attnctl/attribution.h"
 #include "attnctl/nn.h"
+#include "attnctl/strbuf.h"
 
 /* Heatmaps draw at most this many tokens (the first ones) so that a long
  * review still gives a file a browser opens quickly and a reader can read.
@@ -17,30 +18,17 @@
 #define INSPECT_SVG_MAX_TOKENS 64
 #define INSPECT_HTML_MAX_TOKENS 128
 
-/* ------------------------------------------------------------ output buffer */
+/* ------------------------------- writers into an ac_strbuf (attnctl/strbuf.h) */
 
-typedef struct {
-    char *data;  /* NUL-terminated while not failed */
-    size_t len, cap;
-    int failed;  /* an allocation failed: later writes are ignored */
-} render_buf;
-
-void rb_init(render_buf *b);
-void rb_free(render_buf *b);
-void rb_put(render_buf *b, const char *s, size_t n);
-void rb_puts(render_buf *b, const char *s);
-void rb_printf(render_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A JSON number with %.6g (always '.' as decimal point); null when not finite. */
-void rb_number(render_buf *b, double x);
+void rb_number(ac_strbuf *b, double x);
 /* The same with `digits` significant digits (for labels people read). */
-void rb_number_digits(render_buf *b, double x, int digits);
+void rb_number_digits(ac_strbuf *b, double x, int digits);
 /* A quoted JSON string. html_safe also escapes < > & so that the JSON can sit
  * inside an HTML <script> element. s must be valid UTF-8. */
-void rb_json_string(render_buf *b, const char *s, int html_safe);
-/* Text for XML/HTML content or attribute values: & < > " ' escaped. */
-void rb_xml_text(render_buf *b, const char *s);
+void rb_json_string(ac_strbuf *b, const char *s, int html_safe);
 /* At most max_chars code points of s, "…" appended when cut (for labels). */
-void rb_xml_text_cut(render_buf *b, const char *s, int max_chars);
+void rb_xml_text_cut(ac_strbuf *b, const char *s, int max_chars);
 
 /* Number of code points of a valid UTF-8 string. */
 int render_utf8_length(const char *s);
@@ -116,9 +104,9 @@ static inline const float *inspect_map(const inspect_view *v, int layer, int hea
 /* Largest attention value among the selected maps over the first m tokens. */
 double inspect_vmax(const inspect_view *v, int m);
 
-void render_json(render_buf *out, const inspect_view *v);
-void render_svg(render_buf *out, const inspect_view *v);
-void render_html(render_buf *out, const inspect_view *v);
+void render_json(ac_strbuf *out, const inspect_view *v);
+void render_svg(ac_strbuf *out, const inspect_view *v);
+void render_html(ac_strbuf *out, const inspect_view *v);
 
 typedef enum {
     RENDER_COLOUR_NONE = 0,   /* tokens followed by (weight) */
@@ -126,6 +114,6 @@ typedef enum {
     RENDER_COLOUR_TRUE = 2,   /* 24-bit backgrounds */
 } render_colour_mode;
 /* width: columns to wrap at (<= 0: 80). */
-void render_text(render_buf *out, const inspect_view *v, render_colour_mode colour, int width);
+void render_text(ac_strbuf *out, const inspect_view *v, render_colour_mode colour, int width);
 
 #endif

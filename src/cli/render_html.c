@@ -11,10 +11,10 @@
 
 /* A short number for the embedded data: 4 significant digits are plenty for
  * colours and hover values and keep big pages small. */
-static void rb_short_number(render_buf *out, double x)
+static void rb_short_number(ac_strbuf *out, double x)
 {
     if (!isfinite(x)) {
-        rb_puts(out, "0");
+        ac_strbuf_puts(out, "0");
         return;
     }
     char s[32];
@@ -22,7 +22,7 @@ static void rb_short_number(render_buf *out, double x)
     for (char *p = s; *p; p++)
         if (*p == ',')
             *p = '.';
-    rb_puts(out, s);
+    ac_strbuf_puts(out, s);
 }
 
 static const char page_style[] =
@@ -105,38 +105,38 @@ static const char page_script[] =
     "show(0,0);\n"
     "})();\n";
 
-static void colour_hex(render_buf *out, const unsigned char rgb[3])
+static void colour_hex(ac_strbuf *out, const unsigned char rgb[3])
 {
-    rb_printf(out, "#%02x%02x%02x", rgb[0], rgb[1], rgb[2]);
+    ac_strbuf_printf(out, "#%02x%02x%02x", rgb[0], rgb[1], rgb[2]);
 }
 
 /* Ends a token's opening <span ...: its background (none when rgb is NULL:
  * too faint to matter), with light text on dark colours, then the token. */
-static void close_shaded_token(render_buf *out, const unsigned char *rgb, const char *token)
+static void close_shaded_token(ac_strbuf *out, const unsigned char *rgb, const char *token)
 {
     if (rgb) {
-        rb_puts(out, " style=\"background:");
+        ac_strbuf_puts(out, " style=\"background:");
         colour_hex(out, rgb);
-        rb_puts(out, render_dark_text_on(rgb) ? "\"" : ";color:#fff\"");
+        ac_strbuf_puts(out, render_dark_text_on(rgb) ? "\"" : ";color:#fff\"");
     }
-    rb_puts(out, ">");
-    rb_xml_text(out, token);
-    rb_puts(out, "</span>");
+    ac_strbuf_puts(out, ">");
+    ac_strbuf_xml_text(out, token);
+    ac_strbuf_puts(out, "</span>");
 }
 
-static void scale_gradient(render_buf *out, void (*scale)(double, unsigned char *))
+static void scale_gradient(ac_strbuf *out, void (*scale)(double, unsigned char *))
 {
-    rb_puts(out, "background:linear-gradient(to right");
+    ac_strbuf_puts(out, "background:linear-gradient(to right");
     for (int i = 0; i <= 8; i++) {
         unsigned char rgb[3];
         scale(i / 8.0, rgb);
-        rb_puts(out, ",");
+        ac_strbuf_puts(out, ",");
         colour_hex(out, rgb);
     }
-    rb_puts(out, ")");
+    ac_strbuf_puts(out, ")");
 }
 
-static void html_review(render_buf *out, const inspect_view *v)
+static void html_review(ac_strbuf *out, const inspect_view *v)
 {
     double wmax = 0.0;
     for (int i = 0; i < v->n; i++)
@@ -144,162 +144,162 @@ static void html_review(render_buf *out, const inspect_view *v)
             wmax = v->token_weight[i];
     if (wmax <= 0.0)
         wmax = 1.0;
-    rb_puts(out, "<h2>What the classifier reads</h2>\n<p class=\"explain\">Tokens are shaded by ");
-    rb_xml_text(out, v->weight_measure);
-    rb_puts(out, ". Scale: <span class=\"scale\" style=\"");
+    ac_strbuf_puts(out, "<h2>What the classifier reads</h2>\n<p class=\"explain\">Tokens are shaded by ");
+    ac_strbuf_xml_text(out, v->weight_measure);
+    ac_strbuf_puts(out, ". Scale: <span class=\"scale\" style=\"");
     scale_gradient(out, render_shade_colour);
-    rb_puts(out, "\"></span> from 0 to ");
+    ac_strbuf_puts(out, "\"></span> from 0 to ");
     rb_number_digits(out, wmax, 3);
-    rb_puts(out, " (the largest). Hover a token for its weight.");
-    rb_puts(out, "</p>\n<div class=\"review\">");
+    ac_strbuf_puts(out, " (the largest). Hover a token for its weight.");
+    ac_strbuf_puts(out, "</p>\n<div class=\"review\">");
     for (int i = 0; i < v->n; i++) {
         double t = v->token_weight[i] / wmax;
-        rb_printf(out, "%s<span class=\"tok%s\" title=\"", i ? " " : "", v->unknown[i] ? " unk" : "");
+        ac_strbuf_printf(out, "%s<span class=\"tok%s\" title=\"", i ? " " : "", v->unknown[i] ? " unk" : "");
         if (v->unknown[i])
-            rb_puts(out, "not in the vocabulary; ");
-        rb_puts(out, "weight ");
+            ac_strbuf_puts(out, "not in the vocabulary; ");
+        ac_strbuf_puts(out, "weight ");
         rb_number_digits(out, v->token_weight[i], 3);
-        rb_puts(out, "\"");
+        ac_strbuf_puts(out, "\"");
         unsigned char rgb[3];
         render_shade_colour(t, rgb);
         close_shaded_token(out, t >= 0.05 ? rgb : NULL, v->tokens[i]);
     }
-    rb_puts(out, "</div>\n");
+    ac_strbuf_puts(out, "</div>\n");
     if (v->full_len > v->n)
-        rb_printf(out,
-                  "<p class=\"explain\">The review has %d tokens; the model read %d of them "
-                  "(truncated as its tokenizer settings say).</p>\n",
-                  v->full_len, v->n);
+        ac_strbuf_printf(out,
+                         "<p class=\"explain\">The review has %d tokens; the model read %d of them "
+                         "(truncated as its tokenizer settings say).</p>\n",
+                         v->full_len, v->n);
 }
 
 /* The review shaded by each token's attribution to the predicted class:
  * red toward it, blue against, white for nothing; hover for every class. */
-static void html_attribution(render_buf *out, const inspect_view *v)
+static void html_attribution(ac_strbuf *out, const inspect_view *v)
 {
     const char *label = v->labels[v->predicted];
     double amax = inspect_attr_max(v, v->n);
-    rb_puts(out, "<h2>Which words pushed it</h2>\n<p class=\"explain\">Each token is shaded by how much it "
-                 "moved the logit of <b>");
-    rb_xml_text(out, label);
-    rb_printf(out, "</b> (%s", render_attr_name(v->attribution));
+    ac_strbuf_puts(out, "<h2>Which words pushed it</h2>\n<p class=\"explain\">Each token is shaded by how much it "
+                        "moved the logit of <b>");
+    ac_strbuf_xml_text(out, label);
+    ac_strbuf_printf(out, "</b> (%s", render_attr_name(v->attribution));
     if (v->attribution == AC_ATTR_IG)
-        rb_printf(out, ", %d steps", v->attr_steps);
-    rb_puts(out, ") from a baseline of ");
-    rb_xml_text(out, v->attr_baseline);
-    rb_puts(out, ". Scale: <span class=\"scale div\" style=\"background:linear-gradient(to right");
+        ac_strbuf_printf(out, ", %d steps", v->attr_steps);
+    ac_strbuf_puts(out, ") from a baseline of ");
+    ac_strbuf_xml_text(out, v->attr_baseline);
+    ac_strbuf_puts(out, ". Scale: <span class=\"scale div\" style=\"background:linear-gradient(to right");
     for (int i = 0; i <= 10; i++) {
         unsigned char rgb[3];
         render_diverging_colour(-1.0 + i / 5.0, rgb);
-        rb_puts(out, ",");
+        ac_strbuf_puts(out, ",");
         colour_hex(out, rgb);
     }
-    rb_puts(out, ")\"></span> from &minus;");
+    ac_strbuf_puts(out, ")\"></span> from &minus;");
     rb_number_digits(out, amax, 3);
-    rb_puts(out, " (blue: against ");
-    rb_xml_text(out, label);
-    rb_puts(out, ") to +");
+    ac_strbuf_puts(out, " (blue: against ");
+    ac_strbuf_xml_text(out, label);
+    ac_strbuf_puts(out, ") to +");
     rb_number_digits(out, amax, 3);
-    rb_puts(out, " (red: toward ");
-    rb_xml_text(out, label);
-    rb_puts(out, "). Hover a token for its score for every class.</p>\n<div class=\"review attr\">");
+    ac_strbuf_puts(out, " (red: toward ");
+    ac_strbuf_xml_text(out, label);
+    ac_strbuf_puts(out, "). Hover a token for its score for every class.</p>\n<div class=\"review attr\">");
     double sum = 0.0;
     for (int i = 0; i < v->n; i++) {
         double a = inspect_attr(v, i);
         sum += a;
-        rb_printf(out, "%s<span class=\"tok%s\" title=\"", i ? " " : "", v->unknown[i] ? " unk" : "");
+        ac_strbuf_printf(out, "%s<span class=\"tok%s\" title=\"", i ? " " : "", v->unknown[i] ? " unk" : "");
         if (v->unknown[i])
-            rb_puts(out, "not in the vocabulary; ");
+            ac_strbuf_puts(out, "not in the vocabulary; ");
         for (int c = 0; c < v->n_classes; c++) {
-            rb_puts(out, c ? ", " : "");
-            rb_xml_text(out, v->labels[c]);
-            rb_puts(out, " ");
-            rb_printf(out, "%+.3g", v->attr_scores[(size_t)c * v->n + i]);
+            ac_strbuf_puts(out, c ? ", " : "");
+            ac_strbuf_xml_text(out, v->labels[c]);
+            ac_strbuf_puts(out, " ");
+            ac_strbuf_printf(out, "%+.3g", v->attr_scores[(size_t)c * v->n + i]);
         }
-        rb_puts(out, "\"");
+        ac_strbuf_puts(out, "\"");
         double t = a / amax;
         unsigned char rgb[3];
         render_diverging_colour(t, rgb);
         close_shaded_token(out, fabs(t) >= 0.05 ? rgb : NULL, v->tokens[i]);
     }
-    rb_puts(out, "</div>\n<p class=\"sum\">Sum ");
-    rb_printf(out, "%+.4g", sum);
-    rb_puts(out, " = logit ");
+    ac_strbuf_puts(out, "</div>\n<p class=\"sum\">Sum ");
+    ac_strbuf_printf(out, "%+.4g", sum);
+    ac_strbuf_puts(out, " = logit ");
     rb_number_digits(out, v->logits[v->predicted], 4);
-    rb_puts(out, " &minus; baseline logit ");
+    ac_strbuf_puts(out, " &minus; baseline logit ");
     rb_number_digits(out, v->baseline_logits[v->predicted], 4);
-    rb_puts(out, ", within ");
+    ac_strbuf_puts(out, ", within ");
     rb_number_digits(out, 100.0 * v->attr_delta, 2);
-    rb_puts(out, " % (the completeness gap).</p>\n");
+    ac_strbuf_puts(out, " % (the completeness gap).</p>\n");
 }
 
-static void html_data(render_buf *out, const inspect_view *v, int m)
+static void html_data(ac_strbuf *out, const inspect_view *v, int m)
 {
-    rb_printf(out, "<script type=\"application/json\" id=\"inspect-data\">{\"n\":%d,\"m\":%d,\"vmax\":", v->n,
-              m);
+    ac_strbuf_printf(out, "<script type=\"application/json\" id=\"inspect-data\">{\"n\":%d,\"m\":%d,\"vmax\":", v->n,
+                     m);
     rb_short_number(out, inspect_vmax(v, m));
-    rb_puts(out, ",\"tokens\":[");
+    ac_strbuf_puts(out, ",\"tokens\":[");
     for (int i = 0; i < m; i++) {
-        rb_puts(out, i ? "," : "");
+        ac_strbuf_puts(out, i ? "," : "");
         rb_json_string(out, v->tokens[i], 1);
     }
-    rb_puts(out, "],\"unknown\":[");
+    ac_strbuf_puts(out, "],\"unknown\":[");
     for (int i = 0; i < m; i++)
-        rb_printf(out, "%s%d", i ? "," : "", v->unknown[i] ? 1 : 0);
-    rb_puts(out, "],\"layers\":[");
+        ac_strbuf_printf(out, "%s%d", i ? "," : "", v->unknown[i] ? 1 : 0);
+    ac_strbuf_puts(out, "],\"layers\":[");
     for (int l = 0; l < v->layer_count; l++)
-        rb_printf(out, "%s%d", l ? "," : "", v->layer_first + l);
-    rb_puts(out, "],\"heads\":[");
+        ac_strbuf_printf(out, "%s%d", l ? "," : "", v->layer_first + l);
+    ac_strbuf_puts(out, "],\"heads\":[");
     for (int h = 0; h < v->head_count; h++)
-        rb_printf(out, "%s%d", h ? "," : "", v->head_first + h);
-    rb_puts(out, "],\"palette\":[");
+        ac_strbuf_printf(out, "%s%d", h ? "," : "", v->head_first + h);
+    ac_strbuf_puts(out, "],\"palette\":[");
     for (int i = 0; i < 64; i++) {
         unsigned char rgb[3];
         render_heat_colour(i / 63.0, rgb);
-        rb_puts(out, i ? ",\"" : "\"");
+        ac_strbuf_puts(out, i ? ",\"" : "\"");
         colour_hex(out, rgb);
-        rb_puts(out, "\"");
+        ac_strbuf_puts(out, "\"");
     }
-    rb_puts(out, "],\n\"attention\":[");
+    ac_strbuf_puts(out, "],\n\"attention\":[");
     for (int l = 0; l < v->layer_count; l++) {
-        rb_puts(out, l ? ",\n[" : "[");
+        ac_strbuf_puts(out, l ? ",\n[" : "[");
         for (int h = 0; h < v->head_count; h++) {
-            rb_puts(out, h ? ",\n[" : "[");
+            ac_strbuf_puts(out, h ? ",\n[" : "[");
             const float *a = inspect_map(v, v->layer_first + l, v->head_first + h);
             for (int q = 0; q < m; q++) {
-                rb_puts(out, q ? ",[" : "[");
+                ac_strbuf_puts(out, q ? ",[" : "[");
                 for (int k = 0; k < m; k++) {
-                    rb_puts(out, k ? "," : "");
+                    ac_strbuf_puts(out, k ? "," : "");
                     rb_short_number(out, a[(size_t)q * v->n + k]);
                 }
-                rb_puts(out, "]");
+                ac_strbuf_puts(out, "]");
             }
-            rb_puts(out, "]");
+            ac_strbuf_puts(out, "]");
         }
-        rb_puts(out, "]");
+        ac_strbuf_puts(out, "]");
     }
-    rb_puts(out, "]}</script>\n");
+    ac_strbuf_puts(out, "]}</script>\n");
 }
 
-void render_html(render_buf *out, const inspect_view *v)
+void render_html(ac_strbuf *out, const inspect_view *v)
 {
     int m = v->n < INSPECT_HTML_MAX_TOKENS ? v->n : INSPECT_HTML_MAX_TOKENS;
-    rb_puts(out, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-                 "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-                 "<title>attnctl inspect: ");
-    rb_xml_text(out, v->n_classes ? v->labels[v->predicted] : "pretrained encoder");
-    rb_puts(out, "</title>\n<style>\n");
-    rb_puts(out, page_style);
-    rb_puts(out, "</style>\n</head>\n<body>\n<h1>Attention in the classifier</h1>\n");
+    ac_strbuf_puts(out, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+                        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+                        "<title>attnctl inspect: ");
+    ac_strbuf_xml_text(out, v->n_classes ? v->labels[v->predicted] : "pretrained encoder");
+    ac_strbuf_puts(out, "</title>\n<style>\n");
+    ac_strbuf_puts(out, page_style);
+    ac_strbuf_puts(out, "</style>\n</head>\n<body>\n<h1>Attention in the classifier</h1>\n");
 
     if (v->n_classes == 0) {
-        rb_puts(out, "<p class=\"verdict\">A pretrained encoder (masked LM) without a "
-                     "classifier: no prediction, its attention only.</p>\n<div>\n");
+        ac_strbuf_puts(out, "<p class=\"verdict\">A pretrained encoder (masked LM) without a "
+                            "classifier: no prediction, its attention only.</p>\n<div>\n");
     } else {
-        rb_puts(out, "<p class=\"verdict\">Predicted <b>");
-        rb_xml_text(out, v->labels[v->predicted]);
-        rb_puts(out, "</b> with probability ");
+        ac_strbuf_puts(out, "<p class=\"verdict\">Predicted <b>");
+        ac_strbuf_xml_text(out, v->labels[v->predicted]);
+        ac_strbuf_puts(out, "</b> with probability ");
         rb_number_digits(out, v->probs[v->predicted], 3);
-        rb_puts(out, ".</p>\n<div class=\"probs\">\n");
+        ac_strbuf_puts(out, ".</p>\n<div class=\"probs\">\n");
     }
     for (int c = 0; c < v->n_classes; c++) {
         double p = v->probs[c];
@@ -307,42 +307,42 @@ void render_html(render_buf *out, const inspect_view *v)
             p = 0.0;
         if (p > 1.0)
             p = 1.0;
-        rb_puts(out, "<span>");
-        rb_xml_text(out, v->labels[c]);
-        rb_printf(out, "</span><div class=\"bar%s\"><span style=\"width:%d%%\"></span></div><span>",
-                  c == v->predicted ? " pred" : "", (int)lround(p * 100.0));
+        ac_strbuf_puts(out, "<span>");
+        ac_strbuf_xml_text(out, v->labels[c]);
+        ac_strbuf_printf(out, "</span><div class=\"bar%s\"><span style=\"width:%d%%\"></span></div><span>",
+                         c == v->predicted ? " pred" : "", (int)lround(p * 100.0));
         rb_number_digits(out, v->probs[c], 3);
-        rb_puts(out, "</span>\n");
+        ac_strbuf_puts(out, "</span>\n");
     }
-    rb_puts(out, "</div>\n");
+    ac_strbuf_puts(out, "</div>\n");
 
-    rb_puts(out, "<div class=\"panels\">\n");
+    ac_strbuf_puts(out, "<div class=\"panels\">\n");
     if (v->attribution != AC_ATTR_NONE) {
-        rb_puts(out, "<section class=\"panel\">\n");
+        ac_strbuf_puts(out, "<section class=\"panel\">\n");
         html_attribution(out, v);
-        rb_puts(out, "</section>\n");
+        ac_strbuf_puts(out, "</section>\n");
     }
-    rb_puts(out, "<section class=\"panel\">\n");
+    ac_strbuf_puts(out, "<section class=\"panel\">\n");
     html_review(out, v);
-    rb_puts(out, "</section>\n</div>\n");
+    ac_strbuf_puts(out, "</section>\n</div>\n");
 
-    rb_puts(out, "<h2>Attention maps</h2>\n<p class=\"explain\">Each map shows how every query token "
-                 "(row) spreads its attention over the key tokens (columns); each row sums to 1. "
-                 "Colour scale: <span class=\"scale\" style=\"");
+    ac_strbuf_puts(out, "<h2>Attention maps</h2>\n<p class=\"explain\">Each map shows how every query token "
+                        "(row) spreads its attention over the key tokens (columns); each row sums to 1. "
+                        "Colour scale: <span class=\"scale\" style=\"");
     scale_gradient(out, render_heat_colour);
-    rb_puts(out, "\"></span> from 0 to ");
+    ac_strbuf_puts(out, "\"></span> from 0 to ");
     rb_number_digits(out, inspect_vmax(v, m), 3);
-    rb_puts(out, " (the largest weight drawn). Click a thumbnail to enlarge it; hover a cell for its "
-                 "value.");
+    ac_strbuf_puts(out, " (the largest weight drawn). Click a thumbnail to enlarge it; hover a cell for its "
+                        "value.");
     if (m < v->n)
-        rb_printf(out, " Only the first %d of the %d tokens are drawn; --format json gives all.", m, v->n);
-    rb_puts(out, "</p>\n<div class=\"maps\"><div id=\"thumbs\"></div>\n<div><div id=\"status\"></div>"
-                 "<div id=\"big\"></div></div></div>\n"
-                 "<noscript><p>The attention maps are drawn by JavaScript, which is off; "
-                 "<code>attnctl inspect --format json</code> or <code>--format svg</code> give the "
-                 "same maps.</p></noscript>\n");
+        ac_strbuf_printf(out, " Only the first %d of the %d tokens are drawn; --format json gives all.", m, v->n);
+    ac_strbuf_puts(out, "</p>\n<div class=\"maps\"><div id=\"thumbs\"></div>\n<div><div id=\"status\"></div>"
+                        "<div id=\"big\"></div></div></div>\n"
+                        "<noscript><p>The attention maps are drawn by JavaScript, which is off; "
+                        "<code>attnctl inspect --format json</code> or <code>--format svg</code> give the "
+                        "same maps.</p></noscript>\n");
     html_data(out, v, m);
-    rb_puts(out, "<script>\n");
-    rb_puts(out, page_script);
-    rb_puts(out, "</script>\n</body>\n</html>\n");
+    ac_strbuf_puts(out, "<script>\n");
+    ac_strbuf_puts(out, page_script);
+    ac_strbuf_puts(out, "</script>\n</body>\n</html>\n");
 }

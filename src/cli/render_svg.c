@@ -80,31 +80,31 @@ static int clampi(int x, int lo, int hi)
     return x < lo ? lo : x > hi ? hi : x;
 }
 
-static void svg_legend(render_buf *out, int x, int y, double vmax)
+static void svg_legend(ac_strbuf *out, int x, int y, double vmax)
 {
     const int width = 220, height = 12;
-    rb_printf(out, "<defs><linearGradient id=\"heat\" x1=\"0\" x2=\"1\" y1=\"0\" y2=\"0\">");
+    ac_strbuf_printf(out, "<defs><linearGradient id=\"heat\" x1=\"0\" x2=\"1\" y1=\"0\" y2=\"0\">");
     for (int i = 0; i <= 16; i++) {
         unsigned char rgb[3];
         render_heat_colour(i / 16.0, rgb);
-        rb_printf(out, "<stop offset=\"%d%%\" stop-color=\"#%02x%02x%02x\"/>", i * 100 / 16, rgb[0],
-                  rgb[1], rgb[2]);
+        ac_strbuf_printf(out, "<stop offset=\"%d%%\" stop-color=\"#%02x%02x%02x\"/>", i * 100 / 16, rgb[0],
+                         rgb[1], rgb[2]);
     }
-    rb_puts(out, "</linearGradient></defs>\n");
-    rb_printf(out, "<text x=\"%d\" y=\"%d\" font-size=\"12\">attention weight</text>\n", x, y + 10);
+    ac_strbuf_puts(out, "</linearGradient></defs>\n");
+    ac_strbuf_printf(out, "<text x=\"%d\" y=\"%d\" font-size=\"12\">attention weight</text>\n", x, y + 10);
     int bx = x + 110;
-    rb_printf(out,
-              "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"url(#heat)\" "
-              "stroke=\"#888\" stroke-width=\"1\"/>\n",
-              bx, y, width, height);
+    ac_strbuf_printf(out,
+                     "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"url(#heat)\" "
+                     "stroke=\"#888\" stroke-width=\"1\"/>\n",
+                     bx, y, width, height);
     for (int i = 0; i <= 4; i++) {
         int tx = bx + width * i / 4;
-        rb_printf(out, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#888\"/>", tx,
-                  y + height, tx, y + height + 4);
-        rb_printf(out, "<text x=\"%d\" y=\"%d\" font-size=\"11\" text-anchor=\"middle\">", tx,
-                  y + height + 16);
+        ac_strbuf_printf(out, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#888\"/>", tx,
+                         y + height, tx, y + height + 4);
+        ac_strbuf_printf(out, "<text x=\"%d\" y=\"%d\" font-size=\"11\" text-anchor=\"middle\">", tx,
+                         y + height + 16);
         rb_number_digits(out, vmax * i / 4.0, 2);
-        rb_puts(out, "</text>\n");
+        ac_strbuf_puts(out, "</text>\n");
     }
 }
 
@@ -118,65 +118,65 @@ static int svg_attr_height(int label_space)
     return 44 + 2 * ATTR_BAR_H + 8 + label_space + PANEL_GAP;
 }
 
-static void svg_attr_bars(render_buf *out, const inspect_view *v, int m, int x0, int y0, int bar_w,
+static void svg_attr_bars(ac_strbuf *out, const inspect_view *v, int m, int x0, int y0, int bar_w,
                           int font)
 {
     double amax = inspect_attr_max(v, m);
     const char *label = v->labels[v->predicted];
-    rb_printf(out, "<g>\n<text x=\"%d\" y=\"%d\" font-size=\"14\" font-weight=\"bold\">", x0, y0 + 16);
-    rb_puts(out, "Attribution to ");
-    rb_xml_text(out, label);
-    rb_printf(out, " (%s", render_attr_name(v->attribution));
+    ac_strbuf_printf(out, "<g>\n<text x=\"%d\" y=\"%d\" font-size=\"14\" font-weight=\"bold\">", x0, y0 + 16);
+    ac_strbuf_puts(out, "Attribution to ");
+    ac_strbuf_xml_text(out, label);
+    ac_strbuf_printf(out, " (%s", render_attr_name(v->attribution));
     if (v->attribution == AC_ATTR_IG)
-        rb_printf(out, ", %d steps", v->attr_steps);
-    rb_puts(out, ", completeness gap ");
+        ac_strbuf_printf(out, ", %d steps", v->attr_steps);
+    ac_strbuf_puts(out, ", completeness gap ");
     rb_number_digits(out, 100.0 * v->attr_delta, 2);
-    rb_puts(out, " %)");
+    ac_strbuf_puts(out, " %)");
     if (m < v->n)
-        rb_printf(out, " \xE2\x80\x94 first %d of %d tokens", m, v->n);
-    rb_puts(out, "</text>\n");
-    rb_printf(out, "<text x=\"%d\" y=\"%d\" font-size=\"12\" fill=\"#555\">red, up: pushed toward ", x0,
-              y0 + 32);
-    rb_xml_text(out, label);
-    rb_puts(out, "; blue, down: against. Baseline: ");
-    rb_xml_text(out, v->attr_baseline);
-    rb_puts(out, ".</text>\n");
+        ac_strbuf_printf(out, " \xE2\x80\x94 first %d of %d tokens", m, v->n);
+    ac_strbuf_puts(out, "</text>\n");
+    ac_strbuf_printf(out, "<text x=\"%d\" y=\"%d\" font-size=\"12\" fill=\"#555\">red, up: pushed toward ", x0,
+                     y0 + 32);
+    ac_strbuf_xml_text(out, label);
+    ac_strbuf_puts(out, "; blue, down: against. Baseline: ");
+    ac_strbuf_xml_text(out, v->attr_baseline);
+    ac_strbuf_puts(out, ".</text>\n");
     int gx = x0 + ATTR_AXIS_W, top = y0 + 44, zero = top + ATTR_BAR_H;
     /* axis: +amax, 0, -amax */
     for (int k = -1; k <= 1; k++) {
         int y = zero - k * ATTR_BAR_H;
-        rb_printf(out, "<text x=\"%d\" y=\"%d\" font-size=\"11\" text-anchor=\"end\">%s", gx - 6, y + 4,
-                  k > 0 ? "+" : k < 0 ? "\xE2\x88\x92" : "");
+        ac_strbuf_printf(out, "<text x=\"%d\" y=\"%d\" font-size=\"11\" text-anchor=\"end\">%s", gx - 6, y + 4,
+                         k > 0 ? "+" : k < 0 ? "\xE2\x88\x92" : "");
         rb_number_digits(out, k ? amax : 0.0, 2);
-        rb_printf(out, "</text><line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\"/>\n", gx - 3, y,
-                  gx + m * bar_w, y, k ? "#ddd" : "#888");
+        ac_strbuf_printf(out, "</text><line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\"/>\n", gx - 3, y,
+                         gx + m * bar_w, y, k ? "#ddd" : "#888");
     }
-    rb_puts(out, "<g shape-rendering=\"crispEdges\">\n");
+    ac_strbuf_puts(out, "<g shape-rendering=\"crispEdges\">\n");
     for (int i = 0; i < m; i++) {
         double a = inspect_attr(v, i);
         int h = (int)lround(fabs(a) / amax * ATTR_BAR_H);
         int x = gx + i * bar_w + 1;
-        rb_printf(out, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\"><title>", x,
-                  a >= 0 ? zero - h : zero, bar_w - 2, h, a >= 0 ? "#b2182b" : "#2166ac");
-        rb_xml_text(out, v->tokens[i]);
-        rb_puts(out, ": ");
+        ac_strbuf_printf(out, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\"><title>", x,
+                         a >= 0 ? zero - h : zero, bar_w - 2, h, a >= 0 ? "#b2182b" : "#2166ac");
+        ac_strbuf_xml_text(out, v->tokens[i]);
+        ac_strbuf_puts(out, ": ");
         rb_number_digits(out, a, 3);
-        rb_puts(out, "</title></rect>\n");
+        ac_strbuf_puts(out, "</title></rect>\n");
     }
-    rb_puts(out, "</g>\n");
+    ac_strbuf_puts(out, "</g>\n");
     int ly = zero + ATTR_BAR_H + 8;
     for (int i = 0; i < m; i++) {
         int cx = gx + i * bar_w + bar_w / 2 + font * 35 / 100;
-        rb_printf(out, "<text x=\"%d\" y=\"%d\" font-size=\"%d\" text-anchor=\"end\" "
-                       "transform=\"rotate(-90 %d %d)\"%s>",
-                  cx, ly, font, cx, ly, v->unknown[i] ? " font-style=\"italic\" fill=\"#b22\"" : "");
+        ac_strbuf_printf(out, "<text x=\"%d\" y=\"%d\" font-size=\"%d\" text-anchor=\"end\" "
+                              "transform=\"rotate(-90 %d %d)\"%s>",
+                         cx, ly, font, cx, ly, v->unknown[i] ? " font-style=\"italic\" fill=\"#b22\"" : "");
         rb_xml_text_cut(out, v->tokens[i], LABEL_MAX_CHARS);
-        rb_puts(out, "</text>\n");
+        ac_strbuf_puts(out, "</text>\n");
     }
-    rb_puts(out, "</g>\n");
+    ac_strbuf_puts(out, "</g>\n");
 }
 
-void render_svg(render_buf *out, const inspect_view *v)
+void render_svg(ac_strbuf *out, const inspect_view *v)
 {
     int m = v->n < INSPECT_SVG_MAX_TOKENS ? v->n : INSPECT_SVG_MAX_TOKENS;
     int cell = clampi(480 / m, 9, 28);
@@ -210,40 +210,40 @@ void render_svg(render_buf *out, const inspect_view *v)
     int height = top + rows * panel_h + MARGIN;
     double vmax = inspect_vmax(v, m);
 
-    rb_printf(out,
-              "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-              "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-              "viewBox=\"0 0 %d %d\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\" "
-              "fill=\"#222\">\n",
-              width, height, width, height);
-    rb_puts(out, "<title>attnctl inspect: attention maps</title>\n");
-    rb_printf(out, "<rect width=\"%d\" height=\"%d\" fill=\"#ffffff\"/>\n", width, height);
+    ac_strbuf_printf(out,
+                     "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+                     "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+                     "viewBox=\"0 0 %d %d\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\" "
+                     "fill=\"#222\">\n",
+                     width, height, width, height);
+    ac_strbuf_puts(out, "<title>attnctl inspect: attention maps</title>\n");
+    ac_strbuf_printf(out, "<rect width=\"%d\" height=\"%d\" fill=\"#ffffff\"/>\n", width, height);
 
     /* Header: what is drawn, the prediction, the legend. */
-    rb_printf(out, "<text x=\"%d\" y=\"26\" font-size=\"18\" font-weight=\"bold\">", MARGIN);
+    ac_strbuf_printf(out, "<text x=\"%d\" y=\"26\" font-size=\"18\" font-weight=\"bold\">", MARGIN);
     if (v->n_classes == 0) {
-        rb_puts(out, "Attention maps \xE2\x80\x94 pretrained encoder (masked LM), no "
-                     "prediction</text>\n");
+        ac_strbuf_puts(out, "Attention maps \xE2\x80\x94 pretrained encoder (masked LM), no "
+                            "prediction</text>\n");
     } else {
-        rb_puts(out, "Attention maps \xE2\x80\x94 predicted: ");
-        rb_xml_text(out, v->labels[v->predicted]);
-        rb_puts(out, " (");
+        ac_strbuf_puts(out, "Attention maps \xE2\x80\x94 predicted: ");
+        ac_strbuf_xml_text(out, v->labels[v->predicted]);
+        ac_strbuf_puts(out, " (");
         rb_number_digits(out, v->probs[v->predicted], 3);
-        rb_puts(out, ")</text>\n");
+        ac_strbuf_puts(out, ")</text>\n");
     }
-    rb_printf(out, "<text x=\"%d\" y=\"48\" font-size=\"12\" fill=\"#555\">", MARGIN);
+    ac_strbuf_printf(out, "<text x=\"%d\" y=\"48\" font-size=\"12\" fill=\"#555\">", MARGIN);
     for (int c = 0; c < v->n_classes; c++) {
-        rb_puts(out, c ? " \xC2\xB7 " : "");
-        rb_xml_text(out, v->labels[c]);
-        rb_puts(out, " ");
+        ac_strbuf_puts(out, c ? " \xC2\xB7 " : "");
+        ac_strbuf_xml_text(out, v->labels[c]);
+        ac_strbuf_puts(out, " ");
         rb_number_digits(out, v->probs[c], 3);
     }
-    rb_puts(out, " \xE2\x80\x94 rows: queries, columns: keys; each row sums to 1");
+    ac_strbuf_puts(out, " \xE2\x80\x94 rows: queries, columns: keys; each row sums to 1");
     if (m < v->n)
-        rb_printf(out, " \xE2\x80\x94 first %d of %d tokens drawn", m, v->n);
+        ac_strbuf_printf(out, " \xE2\x80\x94 first %d of %d tokens drawn", m, v->n);
     if (any_unknown)
-        rb_puts(out, " \xE2\x80\x94 red italic: not in the vocabulary");
-    rb_puts(out, "</text>\n");
+        ac_strbuf_puts(out, " \xE2\x80\x94 red italic: not in the vocabulary");
+    ac_strbuf_puts(out, "</text>\n");
     svg_legend(out, MARGIN, 60, vmax);
     if (v->attribution != AC_ATTR_NONE)
         svg_attr_bars(out, v, m, MARGIN, HEADER_HEIGHT, bar_w, font);
@@ -254,50 +254,50 @@ void render_svg(render_buf *out, const inspect_view *v)
             int row = l * rows_per_layer + h / cols, col = h % cols;
             int x0 = MARGIN + col * panel_w, y0 = top + row * panel_h;
             int gx = x0 + label_space + 4, gy = y0 + 24 + label_space + 4;
-            rb_printf(out, "<g>\n<text x=\"%d\" y=\"%d\" font-size=\"14\" font-weight=\"bold\">layer %d, head %d",
-                      gx, y0 + 16, layer, head);
+            ac_strbuf_printf(out, "<g>\n<text x=\"%d\" y=\"%d\" font-size=\"14\" font-weight=\"bold\">layer %d, head %d",
+                             gx, y0 + 16, layer, head);
             if (m < v->n)
-                rb_printf(out, " (first %d of %d tokens)", m, v->n);
-            rb_puts(out, "</text>\n");
+                ac_strbuf_printf(out, " (first %d of %d tokens)", m, v->n);
+            ac_strbuf_puts(out, "</text>\n");
             /* Key labels on top (rotated), query labels on the left. */
             for (int i = 0; i < m; i++) {
                 const char *style = v->unknown[i] ? " font-style=\"italic\" fill=\"#b22\"" : "";
                 int cx = gx + i * cell + cell / 2 + font * 35 / 100;
-                rb_printf(out,
-                          "<text x=\"%d\" y=\"%d\" font-size=\"%d\" transform=\"rotate(-90 %d %d)\"%s>",
-                          cx, gy - 4, font, cx, gy - 4, style);
+                ac_strbuf_printf(out,
+                                 "<text x=\"%d\" y=\"%d\" font-size=\"%d\" transform=\"rotate(-90 %d %d)\"%s>",
+                                 cx, gy - 4, font, cx, gy - 4, style);
                 rb_xml_text_cut(out, v->tokens[i], LABEL_MAX_CHARS);
-                rb_puts(out, "</text>\n");
-                rb_printf(out, "<text x=\"%d\" y=\"%d\" font-size=\"%d\" text-anchor=\"end\"%s>", gx - 4,
-                          gy + i * cell + cell / 2 + font * 35 / 100, font, style);
+                ac_strbuf_puts(out, "</text>\n");
+                ac_strbuf_printf(out, "<text x=\"%d\" y=\"%d\" font-size=\"%d\" text-anchor=\"end\"%s>", gx - 4,
+                                 gy + i * cell + cell / 2 + font * 35 / 100, font, style);
                 rb_xml_text_cut(out, v->tokens[i], LABEL_MAX_CHARS);
-                rb_puts(out, "</text>\n");
+                ac_strbuf_puts(out, "</text>\n");
             }
-            rb_printf(out, "<g transform=\"translate(%d %d)\" shape-rendering=\"crispEdges\">\n", gx, gy);
+            ac_strbuf_printf(out, "<g transform=\"translate(%d %d)\" shape-rendering=\"crispEdges\">\n", gx, gy);
             const float *a = inspect_map(v, layer, head);
             for (int q = 0; q < m; q++)
                 for (int k = 0; k < m; k++) {
                     double w = a[(size_t)q * v->n + k];
                     unsigned char rgb[3];
                     render_heat_colour(w / vmax, rgb);
-                    rb_printf(out,
-                              "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#%02x%02x%02x\">",
-                              k * cell, q * cell, cell, cell, rgb[0], rgb[1], rgb[2]);
+                    ac_strbuf_printf(out,
+                                     "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#%02x%02x%02x\">",
+                                     k * cell, q * cell, cell, cell, rgb[0], rgb[1], rgb[2]);
                     if (m <= 32) { /* hover values, while the file stays small */
-                        rb_puts(out, "<title>");
-                        rb_xml_text(out, v->tokens[q]);
-                        rb_puts(out, " \xE2\x86\x92 ");
-                        rb_xml_text(out, v->tokens[k]);
-                        rb_puts(out, ": ");
+                        ac_strbuf_puts(out, "<title>");
+                        ac_strbuf_xml_text(out, v->tokens[q]);
+                        ac_strbuf_puts(out, " \xE2\x86\x92 ");
+                        ac_strbuf_xml_text(out, v->tokens[k]);
+                        ac_strbuf_puts(out, ": ");
                         rb_number_digits(out, w, 3);
-                        rb_puts(out, "</title>");
+                        ac_strbuf_puts(out, "</title>");
                     }
-                    rb_puts(out, "</rect>\n");
+                    ac_strbuf_puts(out, "</rect>\n");
                 }
-            rb_printf(out,
-                      "<rect x=\"0\" y=\"0\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#888\"/>\n"
-                      "</g>\n</g>\n",
-                      m * cell, m * cell);
+            ac_strbuf_printf(out,
+                             "<rect x=\"0\" y=\"0\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#888\"/>\n"
+                             "</g>\n</g>\n",
+                             m * cell, m * cell);
         }
-    rb_puts(out, "</svg>\n");
+    ac_strbuf_puts(out, "</svg>\n");
 }

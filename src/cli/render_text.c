@@ -38,25 +38,25 @@ static int xterm_cube_index(const unsigned char rgb[3])
     return 16 + 36 * level[0] + 6 * level[1] + level[2];
 }
 
-static void set_colours(render_buf *out, const unsigned char bg[3], int underline,
+static void set_colours(ac_strbuf *out, const unsigned char bg[3], int underline,
                         render_colour_mode colour)
 {
     unsigned char fg[3] = {0, 0, 0};
     if (!render_dark_text_on(bg))
         fg[0] = fg[1] = fg[2] = 255;
     if (colour == RENDER_COLOUR_TRUE)
-        rb_printf(out, "\x1b[48;2;%d;%d;%dm\x1b[38;2;%d;%d;%dm", bg[0], bg[1], bg[2], fg[0], fg[1],
-                  fg[2]);
+        ac_strbuf_printf(out, "\x1b[48;2;%d;%d;%dm\x1b[38;2;%d;%d;%dm", bg[0], bg[1], bg[2], fg[0], fg[1],
+                         fg[2]);
     else
-        rb_printf(out, "\x1b[48;5;%dm\x1b[38;5;%dm", xterm_cube_index(bg), fg[0] ? 231 : 16);
+        ac_strbuf_printf(out, "\x1b[48;5;%dm\x1b[38;5;%dm", xterm_cube_index(bg), fg[0] ? 231 : 16);
     if (underline)
-        rb_puts(out, "\x1b[4m");
+        ac_strbuf_puts(out, "\x1b[4m");
 }
 
 /* The review's tokens wrapped at width, each shaded (colour) or followed by
  * its number (no colour): the attention weight as "(0.123)" when attr is 0,
  * the attribution to the predicted class as "[+0.123]" when attr is 1. */
-static void text_tokens(render_buf *out, const inspect_view *v, render_colour_mode colour, int width,
+static void text_tokens(ac_strbuf *out, const inspect_view *v, render_colour_mode colour, int width,
                         int attr, double scale)
 {
     int column = 0;
@@ -76,10 +76,10 @@ static void text_tokens(render_buf *out, const inspect_view *v, render_colour_mo
         }
         int w = display_width(v->tokens[i]) + (int)strlen(number) + (int)strlen(open) + (int)strlen(close);
         if (column > 0 && column + 1 + w > width) {
-            rb_puts(out, "\n");
+            ac_strbuf_puts(out, "\n");
             column = 0;
         } else if (column > 0) {
-            rb_puts(out, " ");
+            ac_strbuf_puts(out, " ");
             column++;
         }
         double t = value / scale;
@@ -92,32 +92,32 @@ static void text_tokens(render_buf *out, const inspect_view *v, render_colour_mo
                 render_shade_colour(t, bg);
             set_colours(out, bg, v->unknown[i], colour);
         } else if (colour != RENDER_COLOUR_NONE && v->unknown[i]) {
-            rb_puts(out, "\x1b[4m");
+            ac_strbuf_puts(out, "\x1b[4m");
         }
-        rb_puts(out, open);
-        rb_puts(out, v->tokens[i]);
-        rb_puts(out, close);
-        rb_puts(out, number);
+        ac_strbuf_puts(out, open);
+        ac_strbuf_puts(out, v->tokens[i]);
+        ac_strbuf_puts(out, close);
+        ac_strbuf_puts(out, number);
         if (colour != RENDER_COLOUR_NONE && (shaded || v->unknown[i]))
-            rb_puts(out, "\x1b[0m");
+            ac_strbuf_puts(out, "\x1b[0m");
         column += w;
     }
-    rb_puts(out, "\n");
+    ac_strbuf_puts(out, "\n");
 }
 
-void render_text(render_buf *out, const inspect_view *v, render_colour_mode colour, int width)
+void render_text(ac_strbuf *out, const inspect_view *v, render_colour_mode colour, int width)
 {
     if (width <= 0)
         width = 80;
     if (v->n_classes == 0) {
-        rb_puts(out, "pretrained encoder (masked LM): no classifier, attention only\n");
+        ac_strbuf_puts(out, "pretrained encoder (masked LM): no classifier, attention only\n");
     } else {
-        rb_puts(out, "label: ");
-        rb_puts(out, v->labels[v->predicted]);
-        rb_puts(out, " (");
+        ac_strbuf_puts(out, "label: ");
+        ac_strbuf_puts(out, v->labels[v->predicted]);
+        ac_strbuf_puts(out, " (");
         for (int c = 0; c < v->n_classes; c++)
-            rb_printf(out, "%s%s %.3f", c ? ", " : "", v->labels[c], v->probs[c]);
-        rb_puts(out, ")\n");
+            ac_strbuf_printf(out, "%s%s %.3f", c ? ", " : "", v->labels[c], v->probs[c]);
+        ac_strbuf_puts(out, ")\n");
     }
 
     double wmax = 0.0;
@@ -132,17 +132,17 @@ void render_text(render_buf *out, const inspect_view *v, render_colour_mode colo
 
     text_tokens(out, v, colour, width, 0, wmax);
     if (v->full_len > v->n)
-        rb_printf(out, "note: the model read %d of the %d tokens (truncated as configured)\n", v->n,
-                  v->full_len);
+        ac_strbuf_printf(out, "note: the model read %d of the %d tokens (truncated as configured)\n", v->n,
+                         v->full_len);
     if (colour == RENDER_COLOUR_NONE) {
-        rb_printf(out, "weights: %s\n", v->weight_measure);
+        ac_strbuf_printf(out, "weights: %s\n", v->weight_measure);
         if (any_unknown)
-            rb_puts(out, "<unk:word>: the word is not in the vocabulary\n");
+            ac_strbuf_puts(out, "<unk:word>: the word is not in the vocabulary\n");
     } else {
-        rb_printf(out, "shading: %s; pale = little, dark red = the most (%.3f)\n", v->weight_measure,
-                  wmax);
+        ac_strbuf_printf(out, "shading: %s; pale = little, dark red = the most (%.3f)\n", v->weight_measure,
+                         wmax);
         if (any_unknown)
-            rb_puts(out, "underlined: not in the vocabulary\n");
+            ac_strbuf_puts(out, "underlined: not in the vocabulary\n");
     }
     if (v->attribution == AC_ATTR_NONE)
         return;
@@ -152,15 +152,15 @@ void render_text(render_buf *out, const inspect_view *v, render_colour_mode colo
     double amax = inspect_attr_max(v, v->n), sum = 0.0;
     for (int i = 0; i < v->n; i++)
         sum += inspect_attr(v, i);
-    rb_printf(out, "\nattribution to %s (%s", label, render_attr_name(v->attribution));
+    ac_strbuf_printf(out, "\nattribution to %s (%s", label, render_attr_name(v->attribution));
     if (v->attribution == AC_ATTR_IG)
-        rb_printf(out, ", %d steps", v->attr_steps);
-    rb_printf(out, "; completeness gap %.2g %%):\n", 100.0 * v->attr_delta);
+        ac_strbuf_printf(out, ", %d steps", v->attr_steps);
+    ac_strbuf_printf(out, "; completeness gap %.2g %%):\n", 100.0 * v->attr_delta);
     text_tokens(out, v, colour, width, 1, amax);
     if (colour == RENDER_COLOUR_NONE)
-        rb_printf(out, "[+x]: how far the token moved the logit of %s: + toward it, - against\n", label);
+        ac_strbuf_printf(out, "[+x]: how far the token moved the logit of %s: + toward it, - against\n", label);
     else
-        rb_printf(out, "shading: red = pushed toward %s, blue = against; darkest = +-%.3f\n", label, amax);
-    rb_printf(out, "sum %+.4f = logit %.4f - baseline logit %.4f; baseline: %s\n", sum,
-              v->logits[v->predicted], v->baseline_logits[v->predicted], v->attr_baseline);
+        ac_strbuf_printf(out, "shading: red = pushed toward %s, blue = against; darkest = +-%.3f\n", label, amax);
+    ac_strbuf_printf(out, "sum %+.4f = logit %.4f - baseline logit %.4f; baseline: %s\n", sum,
+                     v->logits[v->predicted], v->baseline_logits[v->predicted], v->attr_baseline);
 }

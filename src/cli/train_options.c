@@ -1,8 +1,10 @@
 /* The options of attnctl train and pretrain: one table (OPTIONS) gives
- * each option's name, the range of its value, the field of the preset it
- * overrides and the commands that take it; then their --help, the parsing
- * and how they change the preset configuration. Apart from running the command (train.c), since this part
- * only turns words into a configuration and reads no training data. */
+ * each option's name, short form, the range of its value, the field of the
+ * preset it overrides, the commands that take it and its help; from it come
+ * getopt's lists, the parsing, the usage errors, --help and how the options
+ * change the preset configuration. Apart from running the command
+ * (train.c), since this part only turns words into a configuration and
+ * reads no training data. */
 #include <getopt.h>
 #include <stddef.h>
 #include <limits.h>
@@ -28,11 +30,12 @@ typedef enum {
     V_NAME,   /* one of the names parse_name knows */
     V_SEED,   /* a 64-bit seed */
     V_WARMUP, /* a fraction, or a whole number of steps */
+    V_SETTING, /* a number of config.json: its kind, range and field are the key's */
 } value_kind;
 
 /* Where the value goes in the preset (train_apply_overrides); TO_NONE: the
  * command reads it itself, or train_apply_overrides sets it by hand. */
-typedef enum { TO_NONE, TO_INT, TO_LONG, TO_I64, TO_FLOAT, TO_DOUBLE, TO_U64 } target;
+typedef enum { TO_NONE, TO_INT, TO_I32, TO_LONG, TO_I64, TO_FLOAT, TO_DOUBLE, TO_U64 } target;
 
 enum { LO_OPEN = 1, HI_OPEN = 2 };
 /* Which command takes the option, and whether --resume does: anything
@@ -40,9 +43,31 @@ enum { LO_OPEN = 1, HI_OPEN = 2 };
  * the original run would have. */
 enum { BOTH = 0, TRAIN_ONLY = 1, PRETRAIN_ONLY = 2, RESUME_OK = 4 };
 
+/* The help of an option, printed from its row (print_options): in its
+ * section, "-S, --NAME ARG" then its text, in which "{}" stands for the
+ * default: the preset's value of the field the option sets, unless the row
+ * says it in words. */
+typedef struct {
+    char short_name;  /* the one-letter form, or 0 */
+    int section;      /* S_* */
+    const char *arg;  /* the value's name ("N", "X", "DIR"); NULL: none */
+    const char *text; /* NULL: not in the help */
+    const char *pretrain_text;          /* pretrain's text when it differs */
+    const char *deflt, *pretrain_deflt; /* the default in words (NULL: the field's) */
+    size_t shown;    /* with TO_NONE: the field whose preset value is the default */
+    int shown_as;    /* its type (a target) */
+    int join;        /* 1: "--NAME ARG, --NEXT ARG" on one line, then the next row's text */
+    void (*note)(char *out, size_t n); /* text after the default (an "auto" rule) */
+} option_help;
+
+enum { S_FILES, S_SEARCH, S_MASKING, S_TRAINING, S_MODEL, S_OUTPUT, N_SECTIONS };
+static const char *const SECTION_TITLE[N_SECTIONS] = {
+    "Files:", "Search:", "Masking:", "Training (defaults in brackets):", "Model and tokenizer:",
+    "Output:"};
+
 /* One option: its name, its value's kind and range (and the words naming
- * the range in a usage error), the field of the configuration it sets and
- * where it may be given. Its help line is in the help text below. */
+ * the range in a usage error), the field of the configuration it sets,
+ * where it may be given, and its help. */
 typedef struct {
     const char *name;
     int id;
@@ -50,137 +75,254 @@ typedef struct {
     long ilo, ihi;  /* V_INT */
     double lo, hi;  /* V_REAL, V_WARMUP */
     unsigned open;  /* V_REAL: LO_OPEN, HI_OPEN */
-    const char *expected;
-    int (*parse_name)(const char *s, int *out); /* V_NAME */
+    const char *expected;  /* the range in words (V_NAME: from names) */
+    const ac_names *names; /* V_NAME */
     target to;
     size_t field;   /* offset in ac_config */
     unsigned flags; /* TRAIN_ONLY, PRETRAIN_ONLY, RESUME_OK */
+    const char *key; /* V_SETTING: the config.json key ("training.epochs") */
+    option_help help;
 } option_spec;
-
-/* The enums' parsers, as the table's one type: the name's value as an int. */
-#define NAME_PARSER(fn, type, parse)                                                              \
-    static int fn(const char *s, int *out)                                                        \
-    {                                                                                             \
-        type value;                                                                               \
-        if (parse(s, &value))                                                                     \
-            return -1;                                                                            \
-        *out = (int)value;                                                                        \
-        return 0;                                                                                 \
-    }
-NAME_PARSER(parse_schedule, ac_schedule_kind, ac_schedule_parse)
-NAME_PARSER(parse_positions, ac_positions, ac_positions_parse)
-NAME_PARSER(parse_pooling, ac_pooling, ac_pooling_parse)
-NAME_PARSER(parse_truncation, ac_truncation, ac_truncation_parse)
-NAME_PARSER(parse_format, ac_text_format, ac_text_format_parse)
 
 #define XSTR(x) #x
 #define STR(x) XSTR(x)
 #define AT(path) offsetof(ac_config, path)
-/* The rows by kind. */
-#define FLAG(name, id, flags) {name, id, V_FLAG, 0, 0, 0, 0, 0, NULL, NULL, TO_NONE, 0, flags}
-#define TEXT(name, id, flags) {name, id, V_TEXT, 0, 0, 0, 0, 0, NULL, NULL, TO_NONE, 0, flags}
-#define INT(name, id, lo, hi, words, to, field, flags) \
-    {name, id, V_INT, lo, hi, 0, 0, 0, words, NULL, to, field, flags}
-#define REAL(name, id, lo, hi, open, words, to, field, flags) \
-    {name, id, V_REAL, 0, 0, lo, hi, open, words, NULL, to, field, flags}
-#define NAME(name, id, parse, words, to, field, flags) \
-    {name, id, V_NAME, 0, 0, 0, 0, 0, words, parse, to, field, flags}
+/* The rows by kind; the help's fields (option_help) come last, by name. */
+#define FLAG(name, id, flags, ...) \
+    {name, id, V_FLAG, 0, 0, 0, 0, 0, NULL, NULL, TO_NONE, 0, flags, NULL, {__VA_ARGS__}}
+#define TEXT(name, id, flags, ...) \
+    {name, id, V_TEXT, 0, 0, 0, 0, 0, NULL, NULL, TO_NONE, 0, flags, NULL, {__VA_ARGS__}}
+#define INT(name, id, lo, hi, words, to, field, flags, ...) \
+    {name, id, V_INT, lo, hi, 0, 0, 0, words, NULL, to, field, flags, NULL, {__VA_ARGS__}}
+#define REAL(name, id, lo, hi, open, words, to, field, flags, ...) \
+    {name, id, V_REAL, 0, 0, lo, hi, open, words, NULL, to, field, flags, NULL, {__VA_ARGS__}}
+/* A number of config.json: the option takes the key's range and sets its field. */
+#define SET(name, id, key, flags, ...) \
+    {name, id, V_SETTING, 0, 0, 0, 0, 0, NULL, NULL, TO_NONE, 0, flags, key, {__VA_ARGS__}}
+#define NAME(name, id, names, to, field, flags, ...) \
+    {name, id, V_NAME, 0, 0, 0, 0, 0, NULL, &names, to, field, flags, NULL, {__VA_ARGS__}}
 
-_Static_assert(AC_MAX_MEMBERS == 64, "the --members row names the limit");
+/* Continuation lines of a help text start under the texts' column. */
+#define MORE "\n                         "
 
-/* In getopt's order. */
+/* Pretraining without the option: a small held-out share, evaluations
+ * every so many steps (an epoch of 75,000 reviews is thousands of steps),
+ * no early stop (a preset's values are meant for a classifier). */
+#define PRETRAIN_VAL_SPLIT 0.02
+#define PRETRAIN_EVAL_EVERY 500
+
+/* The rule of an "auto" default (src/train/adapt.c), after the default. */
+static void auto_rule(char *out, size_t n, double long_texts, double short_texts)
+{
+    snprintf(out, n, "auto: %g, or %g when the median training text is" MORE
+                     "shorter than --crop-max tokens",
+             long_texts, short_texts);
+}
+#define AUTO_RULE(fn, long_texts, short_texts) \
+    static void fn(char *out, size_t n) { auto_rule(out, n, long_texts, short_texts); }
+AUTO_RULE(epochs_auto, AC_ADAPT_LONG_EPOCHS, AC_ADAPT_SHORT_EPOCHS)
+AUTO_RULE(ema_auto, (double)AC_ADAPT_LONG_EMA, (double)AC_ADAPT_SHORT_EMA)
+AUTO_RULE(members_auto, AC_ADAPT_LONG_MEMBERS, AC_ADAPT_SHORT_MEMBERS)
+AUTO_RULE(wide_nb_auto, (double)AC_ADAPT_LONG_WIDE_NB, (double)AC_ADAPT_SHORT_WIDE_NB)
+AUTO_RULE(wide_auto, AC_ADAPT_LONG_WIDE_ORDER, AC_ADAPT_SHORT_WIDE_ORDER)
+AUTO_RULE(min_count_auto, AC_ADAPT_LONG_MIN_COUNT, AC_ADAPT_SHORT_MIN_COUNT)
+
+/* In the order of the help, section by section. */
 static const option_spec OPTIONS[] = {
-    TEXT("config", OPT_CONFIG, BOTH),
-    TEXT("out", OPT_OUT, RESUME_OK),
-    INT("epochs", OPT_EPOCHS, 1, 1000000, "an integer from 1 to 1000000", TO_INT,
-        AT(training.epochs), BOTH),
-    INT("batch-size", OPT_BATCH_SIZE, 1, 65536, "an integer from 1 to 65536", TO_INT,
-        AT(training.batch_size), BOTH),
-    INT("micro-batch", OPT_MICRO_BATCH, 1, 65536, "an integer from 1 to 65536", TO_INT,
-        AT(training.micro_batch), BOTH),
-    REAL("lr", OPT_LR, 0, 10, LO_OPEN, "a number with 0 < X <= 10", TO_FLOAT,
-         AT(training.optim.lr), BOTH),
-    NAME("schedule", OPT_SCHEDULE, parse_schedule, "cosine, linear or constant", TO_INT,
-         AT(training.optim.schedule), BOTH),
+    /* Files */
+    TEXT("out", OPT_OUT, RESUME_OK, .short_name = 'o', .section = S_FILES, .arg = "DIR",
+         .text = "output directory (must not hold a model already)"),
+    TEXT("config", OPT_CONFIG, BOTH, .short_name = 'c', .section = S_FILES, .arg = "FILE",
+         .text = "preset to start from (e.g. models/seed.json); the options" MORE
+                 "below override single fields",
+         .pretrain_text = "preset to start from (e.g. models/default.json: its model" MORE
+                          "and tokenizer settings; crops, label smoothing and token" MORE
+                          "dropout are off in pretraining); options override fields"),
+    TEXT("init", OPT_INIT, TRAIN_ONLY, .section = S_FILES, .arg = "DIR",
+         .text = "start from the pretrained encoder in DIR (attnctl pretrain):" MORE
+                 "its tokenizer, vocabulary and weights (embeddings," MORE
+                 "positions, n-gram table, layers); the classifier head is" MORE
+                 "new. Options that would change them are an error"),
+    TEXT("teacher", OPT_TEACHER, TRAIN_ONLY | RESUME_OK, .section = S_FILES,
+         .arg = "DIR[,DIR...]",
+         .text = "self-training: these trained models label the texts" MORE
+                 "of --unlabelled (their probabilities averaged), and the" MORE
+                 "texts they are sure of join the training rows with that" MORE
+                 "label (never the validation rows). A student trained so" MORE
+                 "reads more text than the labelled file holds"),
+    TEXT("unlabelled", OPT_UNLABELLED, TRAIN_ONLY | RESUME_OK, .section = S_FILES, .arg = "FILE",
+         .text = "the texts to label: *.csv[.gz] a CSV with a text column," MORE
+                 "any other name plain text, one a line (gzip too)"),
+    REAL("pseudo-threshold", OPT_PSEUDO_THRESHOLD, 0, 1, 0, "a probability from 0 to 1", TO_NONE,
+         0, TRAIN_ONLY, .section = S_FILES, .arg = "P",
+         .text = "probability a text's label needs to join [{}]",
+         .deflt = STR(DEFAULT_PSEUDO_THRESHOLD)),
+    NAME("format", OPT_FORMAT, ac_text_format_names, TO_NONE, 0, PRETRAIN_ONLY,
+         .section = S_FILES, .arg = "NAME", .text = "auto (by file name), csv or lines [{}]",
+         .deflt = "auto"),
+    TEXT("val-file", OPT_VAL_FILE, TRAIN_ONLY | RESUME_OK, .section = S_FILES, .arg = "FILE",
+         .text = "validation CSV (default: a stratified --val-split share" MORE
+                 "of the training file)"),
+    TEXT("text-column", OPT_TEXT_COLUMN, BOTH, .section = S_FILES, .arg = "NAME", .join = 1,
+         .text = "columns to read", .pretrain_text = "the text column of the CSV files"),
+    TEXT("label-column", OPT_LABEL_COLUMN, TRAIN_ONLY, .section = S_FILES, .arg = "NAME",
+         .text = "columns to read"),
+    TEXT("resume", OPT_RESUME, RESUME_OK, .section = S_FILES, .arg = "DIR",
+         .text = "continue an interrupted run from DIR/checkpoint with its" MORE
+                 "settings and data files (TRAIN and --val-file may be given" MORE
+                 "if they moved; they must be the same data, and so must" MORE
+                 "the texts --teacher chooses again from --unlabelled)",
+         .pretrain_text = "continue an interrupted run from DIR/checkpoint (the text" MORE
+                          "files may be given if they moved; same bytes)"),
+    /* Search (checked by cli_autotune_check) */
+    TEXT("autotune", OPT_AUTOTUNE, TRAIN_ONLY, .section = S_SEARCH, .arg = "BUDGET",
+         .text = "search the training recipe on the validation rows within" MORE
+                 "BUDGET, a time (90s, 5m, 1.5h) or optimizer steps" MORE
+                 "(20000steps: the same seed gives the same model). Trial 1" MORE
+                 "trains the options as given and always ends; then, at" MORE
+                 "one member, one setting at a time changes (the NB start" MORE
+                 "of the wide path, --epochs, --ema, --lr, --wide, --crop," MORE
+                 "--dropout; one given as an option stays), last the best" MORE
+                 "with 3 --members. The best on validation goes to DIR," MORE
+                 "which must be new or empty, with the trials in" MORE
+                 "DIR/autotune.json. Ctrl-C keeps the best trial so far;" MORE
+                 "a search cannot be resumed"),
+    /* Masking */
+    SET("mask-frac", OPT_MASK_FRAC, "training.mask_frac", PRETRAIN_ONLY, .section = S_MASKING, .arg = "X",
+         .text = "share of the tokens predicted, 0 < X < 1 [{}]"),
+    /* Training */
+    SET("epochs", OPT_EPOCHS, "training.epochs", BOTH, .section = S_TRAINING, .arg = "N",
+        .text = "passes over the training rows [{}]", .deflt = "auto", .note = epochs_auto,
+        .pretrain_text = "passes over the texts [{}]", .pretrain_deflt = "4"),
+    SET("batch-size", OPT_BATCH_SIZE, "training.batch_size", BOTH, .section = S_TRAINING, .arg = "N",
+        .text = "reviews per step [{}]", .pretrain_text = "texts per step [{}]"),
+    SET("micro-batch", OPT_MICRO_BATCH, "training.micro_batch", BOTH, .section = S_TRAINING, .arg = "N",
+        .text = "rows of a micro-batch: a step's batch is cut into" MORE
+                "micro-batches by row index, their gradients summed" MORE
+                "exactly (the same model for any number of processes" MORE
+                "under mpirun, at most one per micro-batch) [{}]"),
+    SET("lr", OPT_LR, "training.lr", BOTH, .section = S_TRAINING, .arg = "X",
+         .text = "peak learning rate of AdamW [{}]"),
+    NAME("schedule", OPT_SCHEDULE, ac_schedule_names, TO_INT, AT(training.optim.schedule), BOTH,
+         .section = S_TRAINING, .arg = "NAME", .text = "{names} decay after warmup [{}]"),
     /* a fraction sets training.warmup_frac, a step count optim.warmup_steps */
     {"warmup", OPT_WARMUP, V_WARMUP, 0, 0, 0, 1e15, 0,
-     "a fraction 0 <= X < 1, or a whole number of steps", NULL, TO_NONE, 0, BOTH},
-    REAL("weight-decay", OPT_WEIGHT_DECAY, 0, 10, 0, "a number from 0 to 10", TO_FLOAT,
-         AT(training.optim.weight_decay), BOTH),
-    REAL("clip", OPT_CLIP, 0, 1e6, 0, "a number from 0 (off) to 10^6", TO_FLOAT,
-         AT(training.optim.clip_norm), BOTH),
-    REAL("dropout", OPT_DROPOUT, 0, 1, HI_OPEN, "a number with 0 <= X < 1", TO_FLOAT,
-         AT(model.dropout), BOTH),
-    INT("max-len", OPT_MAX_LEN, 1, 65536, "an integer from 1 to 65536", TO_INT,
-        AT(model.max_len), BOTH),
-    NAME("truncation", OPT_TRUNCATION, parse_truncation, "head, tail or head+tail", TO_INT,
-         AT(tokenizer.truncation), BOTH),
-    /* sets model.vocab_size and training.vocab_max */
-    INT("vocab-size", OPT_VOCAB_SIZE, 3, 10000000, "an integer from 3 to 10000000", TO_NONE, 0,
-        BOTH),
-    INT("min-count", OPT_MIN_COUNT, 1, 1000000000000L, "an integer from 1 to 10^12", TO_I64,
-        AT(training.min_count), BOTH),
-    NAME("pooling", OPT_POOLING, parse_pooling, "max, mean or cls", TO_INT, AT(model.pooling),
-         BOTH),
-    INT("layers", OPT_LAYERS, 1, AC_MAX_LAYERS, "1 to " STR(AC_MAX_LAYERS), TO_INT,
-        AT(model.n_layers), BOTH),
-    INT("d-model", OPT_D_MODEL, 1, 65536, "an integer from 1 to 65536", TO_INT,
-        AT(model.d_model), BOTH),
-    INT("heads", OPT_HEADS, 1, 65536, "an integer from 1 to 65536", TO_INT, AT(model.n_heads),
-        BOTH),
-    INT("ff", OPT_FF, 1, 65536, "an integer from 1 to 65536", TO_INT, AT(model.d_ff), BOTH),
-    REAL("val-split", OPT_VAL_SPLIT, 0, 1, HI_OPEN, "a number with 0 <= X < 1", TO_DOUBLE,
-         AT(training.val_split), BOTH),
-    TEXT("val-file", OPT_VAL_FILE, TRAIN_ONLY | RESUME_OK),
-    INT("patience", OPT_PATIENCE, 0, 1000000, "an integer from 0 to 1000000", TO_INT,
-        AT(training.patience), BOTH),
-    INT("eval-every", OPT_EVAL_EVERY, 0, 1000000000000L, "an integer from 0 to 10^12", TO_LONG,
-        AT(training.eval_every), BOTH),
+     "a fraction 0 <= X < 1, or a whole number of steps", NULL, TO_NONE, 0, BOTH, NULL,
+     {.section = S_TRAINING, .arg = "X",
+      .text = "warmup: a fraction of all steps when X < 1, else a step" MORE "count [{}]",
+      .shown = AT(training.warmup_frac), .shown_as = TO_DOUBLE}},
+    SET("weight-decay", OPT_WEIGHT_DECAY, "training.weight_decay", BOTH, .section = S_TRAINING, .arg = "X",
+         .text = "decoupled weight decay of matrices [{}]"),
+    SET("clip", OPT_CLIP, "training.clip_norm", BOTH, .section = S_TRAINING, .arg = "X",
+         .text = "global gradient-norm clip, 0 = off [{}]"),
+    SET("val-split", OPT_VAL_SPLIT, "training.val_split", BOTH, .section = S_TRAINING, .arg = "X",
+         .text = "share of the training file held out, 0 <= X < 1 [{}]",
+         .pretrain_text = "share of the texts held out for the masked-token loss" MORE
+                          "and accuracy, 0 <= X < 1 [{}]",
+         .pretrain_deflt = STR(PRETRAIN_VAL_SPLIT)),
+    SET("eval-every", OPT_EVAL_EVERY, "training.eval_every", BOTH, .section = S_TRAINING, .arg = "N",
+        .text = "steps between evaluations, 0 = once an epoch [{}]",
+        .pretrain_deflt = STR(PRETRAIN_EVAL_EVERY)),
+    SET("patience", OPT_PATIENCE, "training.patience", BOTH, .section = S_TRAINING, .arg = "N",
+        .text = "evaluations without a better validation accuracy before" MORE
+                "stopping, 0 = never [{}]",
+        .pretrain_text = "evaluations without a better masked-token accuracy" MORE
+                         "before stopping, 0 = never [{}]",
+        .pretrain_deflt = "0"),
+    SET("crop", OPT_CROP, "training.crop_frac", TRAIN_ONLY, .section = S_TRAINING, .arg = "X",
+         .text = "share of the reviews cut each epoch to a random span of" MORE
+                 "--crop-min..--crop-max tokens, so short texts are learnt" MORE "too [{}]"),
+    SET("crop-min", OPT_CROP_MIN, "training.crop_min", TRAIN_ONLY, .section = S_TRAINING, .arg = "N", .join = 1,
+        .text = "span lengths of the crops [{}]"),
+    SET("crop-max", OPT_CROP_MAX, "training.crop_max", TRAIN_ONLY, .section = S_TRAINING, .arg = "N",
+        .text = "span lengths of the crops [{}]"),
+    SET("label-smoothing", OPT_LABEL_SMOOTHING, "training.label_smoothing", TRAIN_ONLY, .section = S_TRAINING, .arg = "X",
+         .text = "target (1-X) on the label and X spread over all classes [{}]"),
+    SET("token-dropout", OPT_TOKEN_DROPOUT, "training.token_dropout", TRAIN_ONLY, .section = S_TRAINING, .arg = "X",
+         .text = "share of training tokens replaced by <unk> [{}]"),
+    SET("members", OPT_MEMBERS, "training.members", TRAIN_ONLY, .section = S_TRAINING, .arg = "N",
+        .text = "train N models from the same initial weights, each" MORE
+                "with its own shuffle, crops and dropout, and keep the" MORE
+                "mean of their weights (the best member instead if" MORE
+                "the mean reads below every member on validation):" MORE
+                "a model of the usual size, N times the training;" MORE "1 = one model [{}]",
+        .deflt = "auto", .note = members_auto),
+    SET("wide-nb", OPT_WIDE_NB, "training.wide_nb", TRAIN_ONLY, .section = S_TRAINING, .arg = "X",
+        .text = "start the wide path at X/2 times each class's naive" MORE
+                "Bayes log-count ratio from the training rows" MORE
+                "(Wang & Manning 2012) instead of zeros; 0 = zeros" MORE "[{}]",
+        .deflt = "auto", .note = wide_nb_auto),
+    SET("ema", OPT_EMA, "training.ema", BOTH, .section = S_TRAINING, .arg = "X",
+         .text = "evaluate and save a moving average of the weights with" MORE
+                 "decay X per step; 0 = the weights themselves [{}]",
+         .deflt = "auto", .note = ema_auto, .pretrain_deflt = "0"),
+    INT("max-steps", OPT_MAX_STEPS, 0, LONG_MAX, "an integer >= 0", TO_NONE, 0, RESUME_OK,
+        .section = S_TRAINING, .arg = "N",
+        .text = "stop after N steps in all, 0 = no limit; the schedule still" MORE
+                "spans all epochs, so the run can be resumed and continued"),
+    FLAG("keep-checkpoint", OPT_KEEP_CHECKPOINT, RESUME_OK, .section = S_TRAINING,
+         .text = "keep checkpoint/'s weights, AdamW moments and average when" MORE
+                 "the run finishes (by default they go: nothing can resume" MORE
+                 "a finished run, and they are 4-5 times the model)"),
     {"seed", OPT_SEED, V_SEED, 0, 0, 0, 0, 0, "an integer from 0 to 18446744073709551615", NULL,
-     TO_U64, AT(training.seed), BOTH},
-    INT("threads", OPT_THREADS, 1, 4096, "an integer from 1 to 4096", TO_NONE, 0, RESUME_OK),
-    TEXT("text-column", OPT_TEXT_COLUMN, BOTH),
-    TEXT("label-column", OPT_LABEL_COLUMN, TRAIN_ONLY),
-    INT("max-steps", OPT_MAX_STEPS, 0, LONG_MAX, "an integer >= 0", TO_NONE, 0, RESUME_OK),
-    TEXT("resume", OPT_RESUME, RESUME_OK),
-    NAME("positions", OPT_POSITIONS, parse_positions, "learned, sinusoidal or none", TO_INT,
-         AT(model.positions), BOTH),
-    INT("ngrams", OPT_NGRAMS, 1, 3, "1, 2 or 3", TO_INT, AT(model.ngram_order), BOTH),
-    INT("ngram-buckets", OPT_NGRAM_BUCKETS, 1, 16777216, "an integer from 1 to 16777216",
-        TO_INT, AT(model.ngram_buckets), BOTH),
-    INT("wide", OPT_WIDE, 0, 3, "0, 1, 2 or 3", TO_INT, AT(model.wide_order), TRAIN_ONLY),
-    INT("wide-buckets", OPT_WIDE_BUCKETS, 1, 16777216, "an integer from 1 to 16777216", TO_INT,
-        AT(model.wide_buckets), TRAIN_ONLY),
-    REAL("wide-norm", OPT_WIDE_NORM, 0, 1, 0, "a number from 0 to 1", TO_FLOAT,
-         AT(model.wide_norm), TRAIN_ONLY),
-    REAL("wide-nb", OPT_WIDE_NB, 0, 100, 0, "a number from 0 to 100", TO_FLOAT,
-         AT(training.wide_nb), TRAIN_ONLY),
-    REAL("crop", OPT_CROP, 0, 1, 0, "a number from 0 to 1", TO_DOUBLE, AT(training.crop_frac),
-         TRAIN_ONLY),
-    INT("crop-min", OPT_CROP_MIN, 1, 65536, "an integer from 1 to 65536", TO_INT,
-        AT(training.crop_min), TRAIN_ONLY),
-    INT("crop-max", OPT_CROP_MAX, 1, 65536, "an integer from 1 to 65536", TO_INT,
-        AT(training.crop_max), TRAIN_ONLY),
-    REAL("label-smoothing", OPT_LABEL_SMOOTHING, 0, 1, HI_OPEN, "a number with 0 <= X < 1",
-         TO_FLOAT, AT(training.label_smoothing), TRAIN_ONLY),
-    REAL("token-dropout", OPT_TOKEN_DROPOUT, 0, 1, HI_OPEN, "a number with 0 <= X < 1", TO_FLOAT,
-         AT(training.token_dropout), TRAIN_ONLY),
-    REAL("ema", OPT_EMA, 0, 1, HI_OPEN, "a number with 0 <= X < 1", TO_FLOAT, AT(training.ema),
-         BOTH),
-    INT("members", OPT_MEMBERS, 1, AC_MAX_MEMBERS, "an integer from 1 to 64", TO_INT,
-        AT(training.members), TRAIN_ONLY),
-    TEXT("init", OPT_INIT, TRAIN_ONLY),
-    TEXT("autotune", OPT_AUTOTUNE, TRAIN_ONLY), /* checked by cli_autotune_check */
-    TEXT("teacher", OPT_TEACHER, TRAIN_ONLY | RESUME_OK),
-    TEXT("unlabelled", OPT_UNLABELLED, TRAIN_ONLY | RESUME_OK),
-    REAL("pseudo-threshold", OPT_PSEUDO_THRESHOLD, 0, 1, 0, "a probability from 0 to 1", TO_NONE,
-         0, TRAIN_ONLY),
-    REAL("mask-frac", OPT_MASK_FRAC, 0, 1, LO_OPEN | HI_OPEN, "a number with 0 < X < 1",
-         TO_DOUBLE, AT(training.mask_frac), PRETRAIN_ONLY),
-    NAME("format", OPT_FORMAT, parse_format, "auto, csv or lines", TO_NONE, 0, PRETRAIN_ONLY),
-    FLAG("keep-checkpoint", OPT_KEEP_CHECKPOINT, RESUME_OK),
-    FLAG("quiet", OPT_QUIET, RESUME_OK),
-    FLAG("help", OPT_HELP, RESUME_OK),
+     TO_U64, AT(training.seed), BOTH, NULL,
+     {.section = S_TRAINING, .arg = "N",
+      .text = "seed of every random choice; the same seed gives the same" MORE
+              "model bitwise, whatever --threads [{}]"}},
+    INT("threads", OPT_THREADS, 1, 4096, "an integer from 1 to 4096", TO_NONE, 0, RESUME_OK,
+        .section = S_TRAINING, .arg = "N", .text = "threads to use [{}]", .deflt = "all cores"),
+    /* Model and tokenizer */
+    SET("layers", OPT_LAYERS, "model.n_layers", BOTH, .section = S_MODEL, .arg = "N", .text = "encoder layers [{}]"),
+    SET("d-model", OPT_D_MODEL, "model.d_model", BOTH, .section = S_MODEL, .arg = "N", .text = "model width [{}]"),
+    SET("heads", OPT_HEADS, "model.n_heads", BOTH, .section = S_MODEL, .arg = "N", .text = "attention heads, dividing --d-model [{}]"),
+    SET("ff", OPT_FF, "model.d_ff", BOTH,
+        .section = S_MODEL, .arg = "N", .text = "feed-forward width [{}]"),
+    SET("dropout", OPT_DROPOUT, "model.dropout", BOTH, .section = S_MODEL, .arg = "X",
+         .text = "dropout probability, 0 <= X < 1 [{}]"),
+    NAME("pooling", OPT_POOLING, ac_pooling_names, TO_INT, AT(model.pooling), BOTH,
+         .section = S_MODEL, .arg = "NAME", .text = "{names} [{}]",
+         .pretrain_text = "cls: the vocabulary gets <cls> and every text starts with it" MORE
+                          "(for a classifier that pools from it); max" MORE
+                          "or mean: it does not [{}]"),
+    NAME("positions", OPT_POSITIONS, ac_positions_names, TO_INT, AT(model.positions), BOTH,
+         .section = S_MODEL, .arg = "NAME",
+         .text = "learned, sinusoidal (the course's fixed table) or none [{}]"),
+    SET("ngrams", OPT_NGRAMS, "model.ngram_order", BOTH,
+        .section = S_MODEL, .arg = "N",
+        .text = "1: words only; 2: + hashed word bigrams; 3: + trigrams [{}]"),
+    SET("ngram-buckets", OPT_NGRAM_BUCKETS, "model.ngram_buckets", BOTH, .section = S_MODEL, .arg = "N",
+        .text = "rows of the hashed n-gram table, with --ngrams 2 or 3 [{}]"),
+    SET("wide", OPT_WIDE, "model.wide_order", TRAIN_ONLY,
+        .section = S_MODEL, .arg = "N",
+        .text = "the wide path: a weight per class for each distinct" MORE
+                "hashed word n-gram up to length N, added to the" MORE "logits; 0: none [{}]",
+        .deflt = "auto", .note = wide_auto),
+    SET("wide-buckets", OPT_WIDE_BUCKETS, "model.wide_buckets", TRAIN_ONLY, .section = S_MODEL, .arg = "N",
+        .text = "rows of the wide path's hashed table [{}]"),
+    SET("wide-norm", OPT_WIDE_NORM, "model.wide_norm", TRAIN_ONLY, .section = S_MODEL, .arg = "X",
+         .text = "the wide path's sum times (" STR(AC_WIDE_NORM_REF) " / max(n, " STR(
+             AC_WIDE_NORM_FLOOR) "))^X for a" MORE
+                 "text of n distinct n-grams, so that short texts count;" MORE
+                 "0: the plain sum [{}]"),
+    SET("max-len", OPT_MAX_LEN, "model.max_len", BOTH, .section = S_MODEL, .arg = "N",
+        .text = "tokens per review, longer ones are truncated [{}]",
+        .pretrain_text = "tokens per text, longer ones are truncated [{}]"),
+    NAME("truncation", OPT_TRUNCATION, ac_truncation_names, TO_INT, AT(tokenizer.truncation),
+         BOTH, .section = S_MODEL, .arg = "NAME",
+         .text = "{names}: which tokens a long review keeps [{}]",
+         .pretrain_text = "{names}: which tokens a long text keeps [{}]"),
+    /* sets training.vocab_max, and model.vocab_size with it (train_apply_overrides) */
+    SET("vocab-size", OPT_VOCAB_SIZE, "training.vocab_max", BOTH, .section = S_MODEL, .arg = "N",
+        .text = "vocabulary size including <pad>, <unk> (and <cls>) [{}]",
+        .pretrain_text = "vocabulary size including <pad>, <unk> (and <cls>, <mask>) [{}]"),
+    SET("min-count", OPT_MIN_COUNT, "training.min_count", BOTH, .section = S_MODEL, .arg = "N",
+        .text = "minimum count of a vocabulary token [{}]", .deflt = "auto",
+        .note = min_count_auto, .pretrain_deflt = STR(AC_ADAPT_LONG_MIN_COUNT)),
+    /* Output */
+    FLAG("quiet", OPT_QUIET, RESUME_OK, .short_name = 'q', .section = S_OUTPUT,
+         .text = "print nothing but errors"),
+    FLAG("help", OPT_HELP, RESUME_OK, .short_name = 'h', .section = S_OUTPUT,
+         .text = "this text"),
 };
 
 #define N_OPTIONS ((int)(sizeof OPTIONS / sizeof OPTIONS[0]))
@@ -193,160 +335,172 @@ static const option_spec *option_spec_of(int id)
     return NULL;
 }
 
-/* Pretraining without the option: a small held-out share, evaluations
- * every so many steps (an epoch of 75,000 reviews is thousands of steps),
- * no early stop (a preset's values are meant for a classifier). */
-#define PRETRAIN_VAL_SPLIT 0.02
-#define PRETRAIN_EVAL_EVERY 500
-
-/* The options train and pretrain share, with their defaults. */
-void cli_print_training_options(cli_training_kind kind)
+/* A bound in a usage error: 10^k for large powers of ten. */
+static void bound_words(char *out, size_t n, double x, int integer)
 {
-    ac_config d;
-    ac_config_defaults(&d);
-    const ac_train_config *t = &d.training;
-    const int pretrain = kind == CLI_PRETRAIN;
-    char epochs_auto[160], ema_auto[160];
-    snprintf(epochs_auto, sizeof epochs_auto,
-             "                         auto: %d, or %d when the median training text is\n"
-             "                         shorter than --crop-max tokens\n",
-             AC_ADAPT_LONG_EPOCHS, AC_ADAPT_SHORT_EPOCHS);
-    snprintf(ema_auto, sizeof ema_auto,
-             "                         auto: %g, or %g when the median training text is\n"
-             "                         shorter than --crop-max tokens\n",
-             (double)AC_ADAPT_LONG_EMA, (double)AC_ADAPT_SHORT_EMA);
-    printf("Training (defaults in brackets):\n"
-           "      --epochs N         passes over the %s [%s]\n"
-           "%s"
-           "      --batch-size N     %s per step [%d]\n"
-           "      --micro-batch N    rows of a micro-batch: a step's batch is cut into\n"
-           "                         micro-batches by row index, their gradients summed\n"
-           "                         exactly (the same model for any number of processes\n"
-           "                         under mpirun, at most one per micro-batch) [%d]\n"
-           "      --lr X             peak learning rate of AdamW [%g]\n"
-           "      --schedule NAME    cosine, linear or constant decay after warmup [%s]\n"
-           "      --warmup X         warmup: a fraction of all steps when X < 1, else a step\n"
-           "                         count [%g]\n"
-           "      --weight-decay X   decoupled weight decay of matrices [%g]\n"
-           "      --clip X           global gradient-norm clip, 0 = off [%g]\n",
-           pretrain ? "texts" : "training rows",
-           pretrain ? "4" : "auto",
-           pretrain ? "" : epochs_auto,
-           pretrain ? "texts" : "reviews",
-           t->batch_size, t->micro_batch, (double)t->optim.lr,
-           ac_schedule_name(t->optim.schedule),
-           t->warmup_frac, (double)t->optim.weight_decay, (double)t->optim.clip_norm);
-    if (pretrain)
-        printf("      --val-split X      share of the texts held out for the masked-token loss\n"
-               "                         and accuracy, 0 <= X < 1 [%g]\n"
-               "      --eval-every N     steps between evaluations, 0 = once an epoch [%d]\n"
-               "      --patience N       evaluations without a better masked-token accuracy\n"
-               "                         before stopping, 0 = never [0]\n",
-               PRETRAIN_VAL_SPLIT, PRETRAIN_EVAL_EVERY);
+    double k = x >= 1e6 ? round(log10(x)) : 0;
+    if (k > 0 && x == pow(10, k) && (!integer || k >= 9))
+        snprintf(out, n, "10^%d", (int)k);
     else
-        printf("      --val-split X      share of the training file held out, 0 <= X < 1 [%g]\n"
-               "      --eval-every N     steps between evaluations, 0 = once an epoch [%ld]\n"
-               "      --patience N       evaluations without a better validation accuracy before\n"
-               "                         stopping, 0 = never [%d]\n"
-               "      --crop X           share of the reviews cut each epoch to a random span of\n"
-               "                         --crop-min..--crop-max tokens, so short texts are learnt\n"
-               "                         too [%g]\n"
-               "      --crop-min N, --crop-max N\n"
-               "                         span lengths of the crops [%d, %d]\n"
-               "      --label-smoothing X  target (1-X) on the label and X spread over all "
-               "classes [%g]\n"
-               "      --token-dropout X  share of training tokens replaced by <unk> [%g]\n"
-               "      --members N        train N models from the same initial weights, each\n"
-               "                         with its own shuffle, crops and dropout, and keep the\n"
-               "                         mean of their weights (the best member instead if\n"
-               "                         the mean reads below every member on validation):\n"
-               "                         a model of the usual size, N times the training;\n"
-               "                         1 = one model [auto]\n"
-               "                         auto: %d, or %d when the median training text is\n"
-               "                         shorter than --crop-max tokens\n"
-               "      --wide-nb X        start the wide path at X/2 times each class's naive\n"
-               "                         Bayes log-count ratio from the training rows\n"
-               "                         (Wang & Manning 2012) instead of zeros; 0 = zeros\n"
-               "                         [auto]\n"
-               "                         auto: %g, or %g when the median training text is\n"
-               "                         shorter than --crop-max tokens\n",
-               t->val_split, t->eval_every, t->patience, t->crop_frac, t->crop_min, t->crop_max,
-               (double)t->label_smoothing, (double)t->token_dropout, AC_ADAPT_LONG_MEMBERS,
-               AC_ADAPT_SHORT_MEMBERS, (double)AC_ADAPT_LONG_WIDE_NB,
-               (double)AC_ADAPT_SHORT_WIDE_NB);
-    printf("      --ema X            evaluate and save a moving average of the weights with\n"
-           "                         decay X per step; 0 = the weights themselves [%s]\n"
-           "%s"
-           "      --max-steps N      stop after N steps in all, 0 = no limit; the schedule still\n"
-           "                         spans all epochs, so the run can be resumed and continued\n"
-           "      --keep-checkpoint  keep checkpoint/'s weights, AdamW moments and average when\n"
-           "                         the run finishes (by default they go: nothing can resume\n"
-           "                         a finished run, and they are 4-5 times the model)\n"
-           "      --seed N           seed of every random choice; the same seed gives the same\n"
-           "                         model bitwise, whatever --threads [%llu]\n"
-           "      --threads N        threads to use [all cores]\n"
-           "\n",
-           pretrain ? "0" : "auto", pretrain ? "" : ema_auto,
-           (unsigned long long)t->seed);
-    ac_config_free(&d);
+        snprintf(out, n, integer ? "%.0f" : "%g", x);
 }
 
-/* The model and tokenizer options (a fine-tuned model takes the ones that
- * shape the encoder from --init DIR). */
-void cli_print_model_options(cli_training_kind kind)
+/* A row as the parser and the help use it: for a setting (V_SETTING), the
+ * kind, range, words, field and type of its config.json key, so that an
+ * option and its key take the same values. */
+typedef struct {
+    option_spec o;
+    char words[96];
+} resolved_option;
+
+static int resolve(const option_spec *row, resolved_option *r)
+{
+    r->o = *row;
+    if (row->kind != V_SETTING)
+        return 0;
+    ac_setting st;
+    if (ac_config_setting(row->key, &st))
+        return -1;
+    static const target to[] = {[AC_SETTING_INT] = TO_INT,     [AC_SETTING_I32] = TO_I32,
+                                [AC_SETTING_LONG] = TO_LONG,   [AC_SETTING_I64] = TO_I64,
+                                [AC_SETTING_FLOAT] = TO_FLOAT, [AC_SETTING_DOUBLE] = TO_DOUBLE};
+    const int integer = st.type != AC_SETTING_FLOAT && st.type != AC_SETTING_DOUBLE;
+    option_spec *o = &r->o;
+    o->to = to[st.type];
+    o->field = st.offset;
+    o->open = (st.lo_open ? LO_OPEN : 0) | (st.hi_open ? HI_OPEN : 0);
+    char lo[32], hi[32];
+    bound_words(lo, sizeof lo, st.lo, integer);
+    bound_words(hi, sizeof hi, st.hi, integer);
+    if (integer) {
+        o->kind = V_INT;
+        o->ilo = (long)st.lo;
+        o->ihi = (long)st.hi;
+        snprintf(r->words, sizeof r->words, "an integer from %s to %s", lo, hi);
+    } else {
+        o->kind = V_REAL;
+        o->lo = st.lo;
+        o->hi = st.hi;
+        if (o->open)
+            snprintf(r->words, sizeof r->words, "a number with %s %s X %s %s", lo,
+                     st.lo_open ? "<" : "<=", st.hi_open ? "<" : "<=", hi);
+        else
+            snprintf(r->words, sizeof r->words, "a number from %s to %s", lo, hi);
+    }
+    o->expected = r->words;
+    return 0;
+}
+
+static int shown_in(const option_spec *o, cli_training_kind kind)
+{
+    return o->help.text && !(o->flags & (kind == CLI_PRETRAIN ? TRAIN_ONLY : PRETRAIN_ONLY));
+}
+
+/* The default of o in words, from the preset d (pretrain's own where it has them). */
+static void default_words(const option_spec *o, cli_training_kind kind, const ac_config *d,
+                          char *out, size_t n)
+{
+    const option_help *h = &o->help;
+    const char *words = kind == CLI_PRETRAIN && h->pretrain_deflt ? h->pretrain_deflt : h->deflt;
+    if (words) {
+        snprintf(out, n, "%s", words);
+        return;
+    }
+    resolved_option r;
+    if (resolve(o, &r)) {
+        snprintf(out, n, "?");
+        return;
+    }
+    const size_t at = r.o.to == TO_NONE ? h->shown : r.o.field;
+    const int as = r.o.to == TO_NONE ? h->shown_as : (int)r.o.to;
+    const void *field = (const char *)d + at;
+    if (o->kind == V_NAME) {
+        snprintf(out, n, "%s", ac_names_name(o->names, *(const int *)field));
+        return;
+    }
+    switch (as) {
+    case TO_INT: snprintf(out, n, "%d", *(const int *)field); break;
+    case TO_I32: snprintf(out, n, "%d", (int)*(const int32_t *)field); break;
+    case TO_LONG: snprintf(out, n, "%ld", *(const long *)field); break;
+    case TO_I64: snprintf(out, n, "%lld", (long long)*(const int64_t *)field); break;
+    case TO_FLOAT: snprintf(out, n, "%g", (double)*(const float *)field); break;
+    case TO_DOUBLE: snprintf(out, n, "%g", *(const double *)field); break;
+    case TO_U64: snprintf(out, n, "%llu", (unsigned long long)*(const uint64_t *)field); break;
+    default: snprintf(out, n, "?"); break;
+    }
+}
+
+/* The text with "{}" as the default and "{names}" as the list of names. */
+static void print_text(const char *text, const char *deflt, const ac_names *names)
+{
+    for (const char *p = text; *p; p++) {
+        if (strncmp(p, "{}", 2) == 0) {
+            fputs(deflt, stdout);
+            p++;
+        } else if (names && strncmp(p, "{names}", 7) == 0) {
+            char list[160];
+            fputs(ac_names_list(names, 0, list, sizeof list), stdout);
+            p += 6;
+        } else {
+            putchar(*p);
+        }
+    }
+}
+
+/* "  -o, --out DIR" or "      --epochs N" */
+static int option_label(const option_spec *o, char *out, size_t n)
+{
+    const option_help *h = &o->help;
+    char shortform[8] = "    ";
+    if (h->short_name)
+        snprintf(shortform, sizeof shortform, "-%c, ", h->short_name);
+    return snprintf(out, n, "  %s--%s%s%s", shortform, o->name, h->arg ? " " : "",
+                    h->arg ? h->arg : "");
+}
+
+/* Every section of the options of train or pretrain, from OPTIONS. */
+static void print_options(cli_training_kind kind)
 {
     ac_config d;
     ac_config_defaults(&d);
-    char wide_help[900] = "", min_count_auto[160];
-    snprintf(min_count_auto, sizeof min_count_auto,
-             "                         auto: %d, or %d when the median training text is\n"
-             "                         shorter than --crop-max tokens\n",
-             AC_ADAPT_LONG_MIN_COUNT, AC_ADAPT_SHORT_MIN_COUNT);
-    if (kind != CLI_PRETRAIN)
-        snprintf(wide_help, sizeof wide_help,
-                 "      --wide N           the wide path: a weight per class for each distinct\n"
-                 "                         hashed word n-gram up to length N, added to the\n"
-                 "                         logits; 0: none [auto]\n"
-                 "                         auto: %d, or %d when the median training text is\n"
-                 "                         shorter than --crop-max tokens\n"
-                 "      --wide-buckets N   rows of the wide path's hashed table [%d]\n"
-                 "      --wide-norm X      the wide path's sum times (%d / max(n, %d))^X for a\n"
-                 "                         text of n distinct n-grams, so that short texts count;\n"
-                 "                         0: the plain sum [%g]\n",
-                 AC_ADAPT_LONG_WIDE_ORDER, AC_ADAPT_SHORT_WIDE_ORDER, d.model.wide_buckets,
-                 AC_WIDE_NORM_REF, AC_WIDE_NORM_FLOOR,
-                 (double)d.model.wide_norm);
-    printf("Model and tokenizer:\n"
-           "      --layers N         encoder layers [%d]\n"
-           "      --d-model N        model width [%d]\n"
-           "      --heads N          attention heads, dividing --d-model [%d]\n"
-           "      --ff N             feed-forward width [%d]\n"
-           "      --dropout X        dropout probability, 0 <= X < 1 [%g]\n"
-           "      --pooling NAME     %s [%s]\n"
-           "      --positions NAME   learned, sinusoidal (the course's fixed table) or none [%s]\n"
-           "      --ngrams N         1: words only; 2: + hashed word bigrams; 3: + trigrams [%d]\n"
-           "      --ngram-buckets N  rows of the hashed n-gram table, with --ngrams 2 or 3 [%d]\n"
-           "%s"
-           "      --max-len N        tokens per %s, longer ones are truncated [%d]\n"
-           "      --truncation NAME  head, tail or head+tail: which tokens a long %s keeps [%s]\n"
-           "      --vocab-size N     vocabulary size including <pad>, <unk> (and <cls>%s) [%d]\n"
-           "      --min-count N      minimum count of a vocabulary token [%s]\n"
-           "%s"
-           "\n",
-           d.model.n_layers, d.model.d_model, d.model.n_heads, d.model.d_ff,
-           (double)d.model.dropout,
-           kind == CLI_PRETRAIN ? "cls: the vocabulary gets <cls> and every text starts with it\n"
-                                  "                         (for a classifier that pools from it); "
-                                  "max\n"
-                                  "                         or mean: it does not"
-                                : "max, mean or cls",
-           ac_pooling_name(d.model.pooling), ac_positions_name(d.model.positions),
-           d.model.ngram_order, d.model.ngram_buckets, wide_help,
-           kind == CLI_PRETRAIN ? "text" : "review",
-           d.model.max_len, kind == CLI_PRETRAIN ? "text" : "review",
-           ac_truncation_name(d.tokenizer.truncation), kind == CLI_PRETRAIN ? ", <mask>" : "",
-           d.training.vocab_max, kind == CLI_PRETRAIN ? STR(AC_ADAPT_LONG_MIN_COUNT) : "auto",
-           kind == CLI_PRETRAIN ? "" : min_count_auto);
+    for (int s = 0; s < N_SECTIONS; s++) {
+        int printed = 0;
+        for (int k = 0; k < N_OPTIONS; k++) {
+            const option_spec *o = &OPTIONS[k];
+            const option_help *h = &o->help;
+            if (h->section != s || !shown_in(o, kind))
+                continue;
+            if (!printed++)
+                printf("%s\n", SECTION_TITLE[s]);
+            char label[160], deflt[64];
+            int len = option_label(o, label, sizeof label);
+            default_words(o, kind, &d, deflt, sizeof deflt);
+            const option_spec *next = k + 1 < N_OPTIONS ? &OPTIONS[k + 1] : NULL;
+            if (h->join && next && shown_in(next, kind)) {
+                /* "--crop-min N, --crop-max N" above their one text */
+                char next_label[160], next_deflt[64], both[140];
+                option_label(next, next_label, sizeof next_label);
+                default_words(next, kind, &d, next_deflt, sizeof next_deflt);
+                snprintf(both, sizeof both, "%s, %s", deflt, next_deflt);
+                printf("%s, %s" MORE, label, next_label + 6);
+                print_text(next->help.text, both, next->names);
+                putchar('\n');
+                k++;
+                continue;
+            }
+            printf("%s%*s", label, len < 25 ? 25 - len : 2, "");
+            print_text(kind == CLI_PRETRAIN && h->pretrain_text ? h->pretrain_text : h->text,
+                       deflt, o->names);
+            if (h->note && !(kind == CLI_PRETRAIN && h->pretrain_deflt)) {
+                char note[300];
+                h->note(note, sizeof note);
+                printf(MORE "%s", note);
+            }
+            putchar('\n');
+        }
+        if (printed && s != S_OUTPUT)
+            putchar('\n');
+    }
     ac_config_free(&d);
 }
 
@@ -363,64 +517,21 @@ void train_print_help(void)
            "training.svg (learning curves) and checkpoint/ (to resume). The CSV needs a header;\n"
            "text and label columns are found by name (review/text/sentence,\n"
            "sentiment/label/polarity) unless given.\n"
-           "\n"
-           "Files:\n"
-           "  -o, --out DIR          output directory (must not hold a model already)\n"
-           "  -c, --config FILE      preset to start from (e.g. models/seed.json); the options\n"
-           "                         below override single fields\n"
-           "      --init DIR         start from the pretrained encoder in DIR (attnctl pretrain):\n"
-           "                         its tokenizer, vocabulary and weights (embeddings,\n"
-           "                         positions, n-gram table, layers); the classifier head is\n"
-           "                         new. Options that would change them are an error\n"
-           "      --teacher DIR[,DIR...]  self-training: these trained models label the texts\n"
-           "                         of --unlabelled (their probabilities averaged), and the\n"
-           "                         texts they are sure of join the training rows with that\n"
-           "                         label (never the validation rows). A student trained so\n"
-           "                         reads more text than the labelled file holds\n"
-           "      --unlabelled FILE  the texts to label: *.csv[.gz] a CSV with a text column,\n"
-           "                         any other name plain text, one a line (gzip too)\n"
-           "      --pseudo-threshold P  probability a text's label needs to join [%g]\n"
-           "      --val-file FILE    validation CSV (default: a stratified --val-split share\n"
-           "                         of the training file)\n"
-           "      --text-column NAME, --label-column NAME\n"
-           "                         columns to read\n"
-           "      --resume DIR       continue an interrupted run from DIR/checkpoint with its\n"
-           "                         settings and data files (TRAIN and --val-file may be given\n"
-           "                         if they moved; they must be the same data, and so must\n"
-           "                         the texts --teacher chooses again from --unlabelled)\n"
-           "\n"
-           "Search:\n"
-           "      --autotune BUDGET  search the training recipe on the validation rows within\n"
-           "                         BUDGET, a time (90s, 5m, 1.5h) or optimizer steps\n"
-           "                         (20000steps: the same seed gives the same model). Trial 1\n"
-           "                         trains the options as given and always ends; then, at\n"
-           "                         one member, one setting at a time changes (the NB start\n"
-           "                         of the wide path, --epochs, --ema, --lr, --wide, --crop,\n"
-           "                         --dropout; one given as an option stays), last the best\n"
-           "                         with 3 --members. The best on validation goes to DIR,\n"
-           "                         which must be new or empty, with the trials in\n"
-           "                         DIR/autotune.json. Ctrl-C keeps the best trial so far;\n"
-           "                         a search cannot be resumed\n"
-           "\n",
-           DEFAULT_PSEUDO_THRESHOLD);
-    cli_print_training_options(CLI_TRAIN);
-    cli_print_model_options(CLI_TRAIN);
-    cli_print_output_help("train");
+           "\n");
+    cli_print_options(CLI_TRAIN);
 }
 
-void cli_print_output_help(const char *cmd)
+void cli_print_options(cli_training_kind kind)
 {
-    printf("Output:\n"
-           "  -q, --quiet            print nothing but errors\n"
-           "  -h, --help             this text\n"
-           "\n"
+    print_options(kind);
+    printf("\n"
            "Progress goes to stderr: a bar on a terminal, one line per evaluation otherwise.\n"
            "Ctrl-C (SIGINT) or SIGTERM finishes the current step, saves a checkpoint and exits\n"
            "with 130 or 143; `attnctl %s --resume DIR` then continues exactly where it was.\n"
            "SIGUSR1 stops the same way (exit 130). Under mpirun use it: `kill -USR1 PID` of\n"
            "mpirun reaches every process, while mpirun answers SIGINT/SIGTERM by killing them.\n"
            "Exit status: 0 done, 1 error, 2 usage error, 130/143 interrupted.\n",
-           cmd);
+           kind == CLI_PRETRAIN ? "pretrain" : "train");
 }
 
 static const char *option_name(int id)
@@ -438,7 +549,10 @@ static int bad_value(const char *cmd, int id, const char *arg, const char *expec
 /* Validates one option's value into a->v[id]. Returns 0 or a usage exit status. */
 static int parse_value(train_args *a, int id, const char *arg)
 {
-    const option_spec *o = option_spec_of(id);
+    resolved_option r;
+    if (resolve(option_spec_of(id), &r))
+        return cli_error("internal: --%s names no config.json key", option_name(id));
+    const option_spec *o = &r.o;
     opt_value *v = &a->v[id];
     long i;
     double d;
@@ -463,11 +577,13 @@ static int parse_value(train_args *a, int id, const char *arg)
             return bad_value(a->cmd, id, arg, o->expected);
         v->d = d;
         break;
-    case V_NAME:
-        if (o->parse_name(arg, &n))
-            return bad_value(a->cmd, id, arg, o->expected);
+    case V_NAME: {
+        char names[160];
+        if (ac_names_parse(o->names, arg, &n))
+            return bad_value(a->cmd, id, arg, ac_names_list(o->names, 0, names, sizeof names));
         v->i = n;
         break;
+    }
     case V_SEED:
         if (cli_parse_u64(arg, &v->u))
             return bad_value(a->cmd, id, arg, o->expected);
@@ -476,6 +592,8 @@ static int parse_value(train_args *a, int id, const char *arg)
         if (cli_parse_double(arg, o->lo, o->hi, &d) || (d >= 1 && d != floor(d)))
             return bad_value(a->cmd, id, arg, o->expected);
         v->d = d;
+        break;
+    case V_SETTING: /* resolved to V_INT or V_REAL */
         break;
     }
     return 0;
@@ -492,6 +610,12 @@ int train_parse_args(train_args *a, cli_training_kind kind, int argc, char **arg
     memset(a, 0, sizeof *a);
     a->kind = kind;
     a->cmd = kind == CLI_PRETRAIN ? "pretrain" : "train";
+    for (int k = 0; k < N_OPTIONS; k++) {
+        resolved_option r;
+        if (resolve(&OPTIONS[k], &r))
+            return cli_error("internal: --%s names no numeric config.json key (%s)",
+                             OPTIONS[k].name, OPTIONS[k].key);
+    }
     optind = 0; /* GNU: full reinitialisation */
     opterr = 0;
     struct option long_options[N_OPTIONS + 1];
@@ -501,14 +625,22 @@ int train_parse_args(train_args *a, cli_training_kind kind, int argc, char **arg
                                                                     : required_argument,
                                           NULL, OPTIONS[k].id};
     long_options[N_OPTIONS] = (struct option){NULL, 0, NULL, 0};
+    char short_options[2 * N_OPTIONS + 2] = ":"; /* ":o:c:qh" */
+    for (int k = 0, n = 1; k < N_OPTIONS; k++) {
+        if (!OPTIONS[k].help.short_name)
+            continue;
+        short_options[n++] = OPTIONS[k].help.short_name;
+        if (OPTIONS[k].kind != V_FLAG)
+            short_options[n++] = ':';
+        short_options[n] = '\0';
+    }
     int c;
-    while ((c = getopt_long(argc, argv, ":o:c:qh", long_options, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, short_options, long_options, NULL)) != -1) {
         int rc;
+        for (int k = 0; k < N_OPTIONS; k++)
+            if (c < 256 && OPTIONS[k].help.short_name == c)
+                c = OPTIONS[k].id;
         switch (c) {
-        case 'o': c = OPT_OUT; break;
-        case 'c': c = OPT_CONFIG; break;
-        case 'q': c = OPT_QUIET; break;
-        case 'h': c = OPT_HELP; break;
         case ':':
             return cli_usage_error(a->cmd, "option '%s' needs a value", argv[optind - 1]);
         case '?':
@@ -572,14 +704,16 @@ void train_apply_overrides(ac_config *c, const train_args *a)
     const opt_value *v = a->v;
     ac_train_config *t = &c->training;
     for (int k = 0; k < N_OPTIONS; k++) {
-        const option_spec *o = &OPTIONS[k];
-        const opt_value *x = &v[o->id];
-        void *field = (char *)c + o->field;
-        if (!x->set)
+        resolved_option r;
+        const opt_value *x = &v[OPTIONS[k].id];
+        if (!x->set || resolve(&OPTIONS[k], &r)) /* parse_value resolved it */
             continue;
+        const option_spec *o = &r.o;
+        void *field = (char *)c + o->field;
         switch (o->to) {
         case TO_NONE: break;
         case TO_INT: *(int *)field = (int)x->i; break;
+        case TO_I32: *(int32_t *)field = (int32_t)x->i; break;
         case TO_LONG: *(long *)field = x->i; break;
         case TO_I64: *(int64_t *)field = x->i; break;
         case TO_FLOAT: *(float *)field = (float)x->d; break;
@@ -596,8 +730,7 @@ void train_apply_overrides(ac_config *c, const train_args *a)
         }
     }
     if (v[OPT_VOCAB_SIZE].set) {
-        t->vocab_max = (int32_t)v[OPT_VOCAB_SIZE].i;
-        c->model.vocab_size = (int)v[OPT_VOCAB_SIZE].i;
+        c->model.vocab_size = (int)t->vocab_max; /* the table set training.vocab_max */
     }
     if (a->kind == CLI_PRETRAIN) {
         /* What pretraining does not use is 0 in its config.json; its

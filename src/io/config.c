@@ -157,6 +157,19 @@ typedef struct {
     int n_keys;
 } section_spec;
 
+/* The names of an enum kind's values (its one list), or NULL for other kinds. */
+static const ac_names *enum_names(key_kind kind)
+{
+    switch (kind) {
+    case K_POOLING: return &ac_pooling_names;
+    case K_SCHEDULE: return &ac_schedule_names;
+    case K_TRUNCATION: return &ac_truncation_names;
+    case K_POSITIONS: return &ac_positions_names;
+    case K_OBJECTIVE: return &ac_objective_names;
+    default: return NULL;
+    }
+}
+
 #define AT(path) offsetof(ac_config, path)
 #define STR(path) AT(path), 0, 0, 0, sizeof(((ac_config *)0)->path)
 
@@ -248,6 +261,42 @@ static const section_spec SECTIONS[] = {
     {"provenance", PROVENANCE_KEYS, N_OF(PROVENANCE_KEYS)},
 };
 
+int ac_config_setting(const char *path, ac_setting *out)
+{
+    const char *dot = strchr(path, '.');
+    if (!dot)
+        return -1;
+    for (int i = 0; i < N_OF(SECTIONS); i++) {
+        const section_spec *sec = &SECTIONS[i];
+        if (strlen(sec->name) != (size_t)(dot - path) || strncmp(sec->name, path, (size_t)(dot - path)))
+            continue;
+        for (int j = 0; j < sec->n_keys; j++) {
+            const key_spec *k = &sec->keys[j];
+            if (strcmp(k->name, dot + 1) != 0)
+                continue;
+            ac_setting_type type;
+            switch (k->kind) {
+            case K_INT: type = AC_SETTING_INT; break;
+            case K_I32: type = AC_SETTING_I32; break;
+            case K_LONG: type = AC_SETTING_LONG; break;
+            case K_I64: type = AC_SETTING_I64; break;
+            case K_FLOAT: type = AC_SETTING_FLOAT; break;
+            case K_DOUBLE: type = AC_SETTING_DOUBLE; break;
+            default: return -1;
+            }
+            *out = (ac_setting){.offset = k->offset,
+                                .type = type,
+                                .lo = k->lo,
+                                .hi = k->hi,
+                                .lo_open = (k->flags & LO_OPEN) != 0,
+                                .hi_open = (k->flags & HI_OPEN) != 0,
+                                .auto_ok = (k->flags & AUTO) != 0};
+            return 0;
+        }
+    }
+    return -1;
+}
+
 /* -------------------------------------------------------------- messages */
 
 /* "an integer in 1..65536", "a number in (0, 1)", ... */
@@ -285,25 +334,19 @@ static void describe_expected_value(const key_spec *k, char *out, size_t n)
         snprintf(out, n, "true or false");
         break;
     case K_POOLING:
-        snprintf(out, n, "one of \"max\", \"mean\", \"cls\"");
-        break;
     case K_SCHEDULE:
-        snprintf(out, n, "one of \"cosine\", \"linear\", \"constant\"");
-        break;
     case K_TRUNCATION:
-        snprintf(out, n, "one of \"head\", \"tail\", \"head+tail\"");
-        break;
     case K_POSITIONS:
-        snprintf(out, n, "one of \"sinusoidal\", \"learned\", \"none\"");
+    case K_OBJECTIVE: {
+        char names[160];
+        snprintf(out, n, "one of %s", ac_names_list(enum_names(k->kind), 1, names, sizeof names));
         break;
+    }
     case K_NGRAM_HASH:
         snprintf(out, n, "\"%s\"", AC_NGRAM_HASH);
         break;
     case K_WIDE_HASH:
         snprintf(out, n, "\"%s\"", AC_WIDE_HASH);
-        break;
-    case K_OBJECTIVE:
-        snprintf(out, n, "one of \"classification\", \"masked_lm\"");
         break;
     case K_SEED:
     case K_SEED_TEXT:
@@ -467,45 +510,21 @@ static int store_value(void *base, const key_spec *k, const cJSON *v)
             return -1;
         *(int *)(void *)field = cJSON_IsTrue(v) ? 1 : 0;
         return 0;
-    case K_POOLING: {
-        ac_pooling p;
-        if (!cJSON_IsString(v) || ac_pooling_parse(v->valuestring, &p) != 0)
+    case K_POOLING:
+    case K_SCHEDULE:
+    case K_TRUNCATION:
+    case K_POSITIONS:
+    case K_OBJECTIVE: {
+        int value;
+        if (!cJSON_IsString(v) || ac_names_parse(enum_names(k->kind), v->valuestring, &value) != 0)
             return -1;
-        *(ac_pooling *)(void *)field = p;
-        return 0;
-    }
-    case K_SCHEDULE: {
-        ac_schedule_kind s;
-        if (!cJSON_IsString(v) || ac_schedule_parse(v->valuestring, &s) != 0)
-            return -1;
-        *(ac_schedule_kind *)(void *)field = s;
-        return 0;
-    }
-    case K_TRUNCATION: {
-        ac_truncation t;
-        if (!cJSON_IsString(v) || ac_truncation_parse(v->valuestring, &t) != 0)
-            return -1;
-        *(ac_truncation *)(void *)field = t;
-        return 0;
-    }
-    case K_POSITIONS: {
-        ac_positions p;
-        if (!cJSON_IsString(v) || ac_positions_parse(v->valuestring, &p) != 0)
-            return -1;
-        *(ac_positions *)(void *)field = p;
+        *(int *)(void *)field = value; /* an enum is stored as an int */
         return 0;
     }
     case K_NGRAM_HASH:
         return cJSON_IsString(v) && strcmp(v->valuestring, AC_NGRAM_HASH) == 0 ? 0 : -1;
     case K_WIDE_HASH:
         return cJSON_IsString(v) && strcmp(v->valuestring, AC_WIDE_HASH) == 0 ? 0 : -1;
-    case K_OBJECTIVE: {
-        ac_objective o;
-        if (!cJSON_IsString(v) || ac_objective_parse(v->valuestring, &o) != 0)
-            return -1;
-        *(ac_objective *)(void *)field = o;
-        return 0;
-    }
     case K_CLASSES:
         if (!(cJSON_IsNumber(v) && v->valuedouble == 0.0) &&
             number_in(v, k->lo, k->hi, k->flags, 1, &d) != 0)
@@ -563,8 +582,8 @@ static void store_legacy(void *base, const key_spec *k)
     case K_FLOAT: *(float *)(void *)field = (float)v; break;
     case K_DOUBLE: *(double *)(void *)field = v; break;
     case K_LONG: *(long *)(void *)field = (long)v; break;
-    case K_POSITIONS: *(ac_positions *)(void *)field = (ac_positions)v; break;
-    case K_OBJECTIVE: *(ac_objective *)(void *)field = (ac_objective)v; break;
+    case K_POSITIONS:
+    case K_OBJECTIVE: *(int *)(void *)field = (int)v; break; /* an enum is stored as an int */
     default: break; /* K_NGRAM_HASH, K_WIDE_HASH: nothing stored */
     }
 }
@@ -913,19 +932,15 @@ static cJSON *value_json(const void *base, const key_spec *k)
     case K_DOUBLE:
         return number_raw(*(const double *)(const void *)field, 0);
     case K_POOLING:
-        return cJSON_CreateString(ac_pooling_name(*(const ac_pooling *)(const void *)field));
     case K_SCHEDULE:
-        return cJSON_CreateString(ac_schedule_name(*(const ac_schedule_kind *)(const void *)field));
     case K_TRUNCATION:
-        return cJSON_CreateString(ac_truncation_name(*(const ac_truncation *)(const void *)field));
     case K_POSITIONS:
-        return cJSON_CreateString(ac_positions_name(*(const ac_positions *)(const void *)field));
+    case K_OBJECTIVE:
+        return cJSON_CreateString(ac_names_name(enum_names(k->kind), *(const int *)(const void *)field));
     case K_NGRAM_HASH:
         return cJSON_CreateString(AC_NGRAM_HASH);
     case K_WIDE_HASH:
         return cJSON_CreateString(AC_WIDE_HASH);
-    case K_OBJECTIVE:
-        return cJSON_CreateString(ac_objective_name(*(const ac_objective *)(const void *)field));
     case K_CLASSES:
         return integer_raw(*(const int *)(const void *)field);
     case K_SEED: {

@@ -11,27 +11,25 @@
 /* Largest starting step count (the batch is steps + 1 rows). */
 #define MAX_START_STEPS 65536
 
-const char *ac_attr_method_name(ac_attr_method m)
+static const ac_name ATTR_METHOD_NAMES[] = {
+    {AC_ATTR_IG, "ig", 0},
+    {AC_ATTR_GRADXINPUT, "gradxinput", 0},
+    {AC_ATTR_NONE, "none", 0},
+};
+const ac_names ac_attr_method_names = AC_NAMES(ATTR_METHOD_NAMES);
+
+const char *ac_attr_method_name(ac_attr_method v)
 {
-    switch (m) {
-    case AC_ATTR_NONE: return "none";
-    case AC_ATTR_IG: return "ig";
-    case AC_ATTR_GRADXINPUT: return "gradxinput";
-    }
-    return "unknown";
+    return ac_names_name(&ac_attr_method_names, (int)v);
 }
 
 int ac_attr_method_parse(const char *s, ac_attr_method *out)
 {
-    static const ac_attr_method all[] = {AC_ATTR_NONE, AC_ATTR_IG, AC_ATTR_GRADXINPUT};
-    if (!s)
+    int v;
+    if (ac_names_parse(&ac_attr_method_names, s, &v))
         return -1;
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        if (strcmp(s, ac_attr_method_name(all[i])) == 0) {
-            *out = all[i];
-            return 0;
-        }
-    return -1;
+    *out = (ac_attr_method)v;
+    return 0;
 }
 
 void ac_attribution_free(ac_attribution *a)

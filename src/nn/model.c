@@ -40,75 +40,66 @@ _Static_assert(sizeof(int32_t) == sizeof(float), "pool_argmax shares the float a
 
 /* ------------------------------------------------------------- configuration */
 
-const char *ac_pooling_name(ac_pooling p)
-{
-    switch (p) {
-    case AC_POOL_MAX: return "max";
-    case AC_POOL_MEAN: return "mean";
-    case AC_POOL_CLS: return "cls";
-    }
-    return "unknown";
-}
+static const ac_name POOLING_NAMES[] = {
+    {AC_POOL_MAX, "max", 0},
+    {AC_POOL_MEAN, "mean", 0},
+    {AC_POOL_CLS, "cls", 0},
+};
+const ac_names ac_pooling_names = AC_NAMES(POOLING_NAMES);
 
-const char *ac_positions_name(ac_positions p)
+const char *ac_pooling_name(ac_pooling v)
 {
-    switch (p) {
-    case AC_POS_SINUSOIDAL: return "sinusoidal";
-    case AC_POS_LEARNED: return "learned";
-    case AC_POS_NONE: return "none";
-    }
-    return "unknown";
-}
-
-int ac_positions_parse(const char *s, ac_positions *out)
-{
-    static const ac_positions all[] = {AC_POS_SINUSOIDAL, AC_POS_LEARNED, AC_POS_NONE};
-    if (!s)
-        return -1;
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
-        if (strcmp(s, ac_positions_name(all[i])) == 0) {
-            *out = all[i];
-            return 0;
-        }
-    }
-    return -1;
-}
-
-const char *ac_objective_name(ac_objective o)
-{
-    switch (o) {
-    case AC_OBJECTIVE_CLASSIFICATION: return "classification";
-    case AC_OBJECTIVE_MASKED_LM: return "masked_lm";
-    }
-    return "unknown";
-}
-
-int ac_objective_parse(const char *s, ac_objective *out)
-{
-    static const ac_objective all[] = {AC_OBJECTIVE_CLASSIFICATION, AC_OBJECTIVE_MASKED_LM};
-    if (!s)
-        return -1;
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
-        if (strcmp(s, ac_objective_name(all[i])) == 0) {
-            *out = all[i];
-            return 0;
-        }
-    }
-    return -1;
+    return ac_names_name(&ac_pooling_names, (int)v);
 }
 
 int ac_pooling_parse(const char *s, ac_pooling *out)
 {
-    static const ac_pooling all[] = {AC_POOL_MAX, AC_POOL_MEAN, AC_POOL_CLS};
-    if (!s)
+    int v;
+    if (ac_names_parse(&ac_pooling_names, s, &v))
         return -1;
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
-        if (strcmp(s, ac_pooling_name(all[i])) == 0) {
-            *out = all[i];
-            return 0;
-        }
-    }
-    return -1;
+    *out = (ac_pooling)v;
+    return 0;
+}
+
+static const ac_name POSITIONS_NAMES[] = {
+    {AC_POS_SINUSOIDAL, "sinusoidal", 0},
+    {AC_POS_LEARNED, "learned", 0},
+    {AC_POS_NONE, "none", 0},
+};
+const ac_names ac_positions_names = AC_NAMES(POSITIONS_NAMES);
+
+const char *ac_positions_name(ac_positions v)
+{
+    return ac_names_name(&ac_positions_names, (int)v);
+}
+
+int ac_positions_parse(const char *s, ac_positions *out)
+{
+    int v;
+    if (ac_names_parse(&ac_positions_names, s, &v))
+        return -1;
+    *out = (ac_positions)v;
+    return 0;
+}
+
+static const ac_name OBJECTIVE_NAMES[] = {
+    {AC_OBJECTIVE_CLASSIFICATION, "classification", 0},
+    {AC_OBJECTIVE_MASKED_LM, "masked_lm", 0},
+};
+const ac_names ac_objective_names = AC_NAMES(OBJECTIVE_NAMES);
+
+const char *ac_objective_name(ac_objective v)
+{
+    return ac_names_name(&ac_objective_names, (int)v);
+}
+
+int ac_objective_parse(const char *s, ac_objective *out)
+{
+    int v;
+    if (ac_names_parse(&ac_objective_names, s, &v))
+        return -1;
+    *out = (ac_objective)v;
+    return 0;
 }
 
 static int check_range(const char *field, int value, int lo, int hi, ac_err *err)
@@ -137,8 +128,11 @@ int ac_model_config_validate(const ac_model_config *cfg, ac_err *err)
         return -1;
     if (cfg->d_model % cfg->n_heads != 0)
         return ac_err_set(err, "model.n_heads: must divide d_model (%d)", cfg->d_model);
-    if (cfg->pooling != AC_POOL_MAX && cfg->pooling != AC_POOL_MEAN && cfg->pooling != AC_POOL_CLS)
-        return ac_err_set(err, "model.pooling: must be max, mean or cls");
+    if (!ac_names_has(&ac_pooling_names, (int)cfg->pooling)) {
+        char names[64];
+        return ac_err_set(err, "model.pooling: must be %s",
+                          ac_names_list(&ac_pooling_names, 0, names, sizeof names));
+    }
     if (!(cfg->dropout >= 0.0f && cfg->dropout < 1.0f))
         return ac_err_set(err, "model.dropout: must be in [0, 1) (got %g)", (double)cfg->dropout);
     if (!(cfg->ln_eps > 0.0f && cfg->ln_eps < 1.0f))

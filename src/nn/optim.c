@@ -26,28 +26,25 @@ void ac_optim_config_defaults(ac_optim_config *c)
     c->min_lr_ratio = 0.0f;
 }
 
-const char *ac_schedule_name(ac_schedule_kind k)
+static const ac_name SCHEDULE_NAMES[] = {
+    {AC_SCHED_COSINE, "cosine", 0},
+    {AC_SCHED_LINEAR, "linear", 0},
+    {AC_SCHED_CONSTANT, "constant", 0},
+};
+const ac_names ac_schedule_names = AC_NAMES(SCHEDULE_NAMES);
+
+const char *ac_schedule_name(ac_schedule_kind v)
 {
-    switch (k) {
-    case AC_SCHED_COSINE: return "cosine";
-    case AC_SCHED_LINEAR: return "linear";
-    case AC_SCHED_CONSTANT: return "constant";
-    }
-    return "unknown";
+    return ac_names_name(&ac_schedule_names, (int)v);
 }
 
 int ac_schedule_parse(const char *s, ac_schedule_kind *out)
 {
-    static const ac_schedule_kind all[] = {AC_SCHED_COSINE, AC_SCHED_LINEAR, AC_SCHED_CONSTANT};
-    if (!s)
+    int v;
+    if (ac_names_parse(&ac_schedule_names, s, &v))
         return -1;
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
-        if (strcmp(s, ac_schedule_name(all[i])) == 0) {
-            *out = all[i];
-            return 0;
-        }
-    }
-    return -1;
+    *out = (ac_schedule_kind)v;
+    return 0;
 }
 
 /* Warmup: step s < W gives lr * (s + 1) / W (from lr/W up to lr).

@@ -908,30 +908,24 @@ void ac_rawdata_free(ac_rawdata *d)
 
 /* ------------------------------------------------------------ truncation names */
 
-const char *ac_truncation_name(ac_truncation t)
+static const ac_name TRUNCATION_NAMES[] = {
+    {AC_TRUNC_HEAD, "head", 0},
+    {AC_TRUNC_TAIL, "tail", 0},
+    {AC_TRUNC_HEAD_TAIL, "head+tail", 0},
+    {AC_TRUNC_HEAD_TAIL, "head_tail", 1},
+};
+const ac_names ac_truncation_names = AC_NAMES(TRUNCATION_NAMES);
+
+const char *ac_truncation_name(ac_truncation v)
 {
-    switch (t) {
-    case AC_TRUNC_HEAD:
-        return "head";
-    case AC_TRUNC_TAIL:
-        return "tail";
-    case AC_TRUNC_HEAD_TAIL:
-        return "head+tail";
-    }
-    return "unknown";
+    return ac_names_name(&ac_truncation_names, (int)v);
 }
 
 int ac_truncation_parse(const char *s, ac_truncation *out)
 {
-    if (!s)
+    int v;
+    if (ac_names_parse(&ac_truncation_names, s, &v))
         return -1;
-    if (strcmp(s, "head") == 0)
-        *out = AC_TRUNC_HEAD;
-    else if (strcmp(s, "tail") == 0)
-        *out = AC_TRUNC_TAIL;
-    else if (strcmp(s, "head+tail") == 0 || strcmp(s, "head_tail") == 0)
-        *out = AC_TRUNC_HEAD_TAIL;
-    else
-        return -1;
+    *out = (ac_truncation)v;
     return 0;
 }

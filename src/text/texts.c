@@ -6,28 +6,25 @@
 
 #include "attnctl/text.h"
 
-const char *ac_text_format_name(ac_text_format f)
+static const ac_name TEXT_FORMAT_NAMES[] = {
+    {AC_TEXT_FORMAT_AUTO, "auto", 0},
+    {AC_TEXT_FORMAT_CSV, "csv", 0},
+    {AC_TEXT_FORMAT_LINES, "lines", 0},
+};
+const ac_names ac_text_format_names = AC_NAMES(TEXT_FORMAT_NAMES);
+
+const char *ac_text_format_name(ac_text_format v)
 {
-    switch (f) {
-    case AC_TEXT_FORMAT_AUTO: return "auto";
-    case AC_TEXT_FORMAT_CSV: return "csv";
-    case AC_TEXT_FORMAT_LINES: return "lines";
-    }
-    return "unknown";
+    return ac_names_name(&ac_text_format_names, (int)v);
 }
 
 int ac_text_format_parse(const char *s, ac_text_format *out)
 {
-    static const ac_text_format all[] = {AC_TEXT_FORMAT_AUTO, AC_TEXT_FORMAT_CSV,
-                                         AC_TEXT_FORMAT_LINES};
-    if (!s)
+    int v;
+    if (ac_names_parse(&ac_text_format_names, s, &v))
         return -1;
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        if (strcmp(s, ac_text_format_name(all[i])) == 0) {
-            *out = all[i];
-            return 0;
-        }
-    return -1;
+    *out = (ac_text_format)v;
+    return 0;
 }
 
 static int ends_with_nocase(const char *s, const char *suffix)

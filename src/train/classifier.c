@@ -3,6 +3,7 @@
  * rows and their short spans with the temperature fitted on them and its
  * calibration. The loop calls it through trainer_classifier. */
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +74,10 @@ static int classifier_setup_validation(trainer *t, ac_err *err)
         return ac_err_prefix(err, "cutting the validation rows to short spans");
     t->have_span_plan = 1;
     int C = t->cfg.model.n_classes;
+    if (ac_infer_init(&t->val_infer, tc->batch_size, t->cfg.model.max_len, C, AC_INFER_AS_GIVEN,
+                      omp_get_max_threads(), err))
+        return -1;
+    t->have_val_infer = 1;
     t->val_logits = malloc((size_t)t->n_val * (size_t)C * sizeof *t->val_logits);
     t->span_logits = malloc((size_t)t->n_val * (size_t)C * sizeof *t->span_logits);
     t->val_labels = malloc((size_t)t->n_val * sizeof *t->val_labels);
@@ -113,13 +118,14 @@ static int evaluate_plan(trainer *t, const ac_batch_plan *plan, float *logits, d
 {
     ac_model *m = &t->model;
     ac_batch *b = &t->batch;
+    ac_infer *run = &t->val_infer;
     int C = t->cfg.model.n_classes;
     double *loss_of = t->eval_slots; /* [n_batches] */
     memset(loss_of, 0, (size_t)plan->n_batches * sizeof *loss_of);
     m->cfg.temperature = 1.0f;
     int64_t first, end;
     trainer_rank_share(t, plan->n_batches, &first, &end);
-    int abandoned = 0;
+    int abandoned = 0, failed = 0;
     for (int64_t i = first; i < end; i++) {
         /* A stop must not wait for a whole evaluation (2.4 s on IMDB):
          * mpirun kills one second after passing Ctrl-C on as SIGTERM. */
@@ -128,16 +134,19 @@ static int evaluate_plan(trainer *t, const ac_batch_plan *plan, float *logits, d
             break;
         }
         ac_batch_fill(b, t->val_src, plan, i);
-        float loss = ac_model_forward(m, b->ids, b->lengths, b->labels, b->B, b->T, 0, 0);
-        memcpy(logits + (size_t)plan->batch_start[i] * (size_t)C, m->act.logits,
+        if (ac_infer_run(run, m, b->ids, b->lengths, b->labels, b->B, b->T, err)) {
+            failed = 1; /* the other processes learn it below */
+            break;
+        }
+        memcpy(logits + (size_t)plan->batch_start[i] * (size_t)C, run->logits,
                (size_t)b->B * (size_t)C * sizeof(float));
-        loss_of[i] = loss;
-        if (!isfinite(loss) && !t->comm)
+        loss_of[i] = run->mean_loss;
+        if (!isfinite(run->mean_loss) && !t->comm)
             break;
     }
     m->cfg.temperature = t->cfg.model.temperature;
     trainer_agreement agreed;
-    if (trainer_agree(t, 0, abandoned, NULL, 0, NULL, &agreed, err))
+    if (trainer_agree(t, failed, abandoned, NULL, 0, NULL, &agreed, err))
         return -1;
     if (agreed.stopped)
         return TRAINER_EVAL_ABANDONED;
@@ -307,6 +316,13 @@ static void classifier_backward(trainer *t, int mean_rows)
     t->model.mean_rows = 0;
 }
 
+static void classifier_free(trainer *t)
+{
+    if (t->have_val_infer)
+        ac_infer_free(&t->val_infer);
+    t->have_val_infer = 0;
+}
+
 /* The best model was saved: its reliability diagram. With members, the
  * diagram is the average's (trainer_evaluate_soup). */
 static int classifier_after_best(trainer *t, const ac_metric_point *p, ac_err *err)
@@ -331,7 +347,7 @@ const trainer_objective trainer_classifier = {
     .memory_bytes = NULL,
     .setup = NULL,
     .setup_validation = classifier_setup_validation,
-    .free = NULL,
+    .free = classifier_free,
     .micro_weight = classifier_micro_weight,
     .forward = classifier_forward,
     .backward = classifier_backward,

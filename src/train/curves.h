@@ -7,6 +7,7 @@
 #include <stddef.h>
 
 #include "attnctl/metrics.h"
+#include "attnctl/strbuf.h"
 
 typedef struct {
     long step;
@@ -51,20 +52,8 @@ char *ac_curves_svg(const ac_metric_point *pts, int n, const ac_curves_labels *l
  * out of memory. */
 char *ac_calibration_svg(const ac_reliability *r, double ece, long n, const char *title);
 
-/* ---- SVG helpers shared by svg_curves.c and svg_calibration.c ---- */
-
-/* A growing text buffer; after a failed allocation it ignores writes. */
-typedef struct {
-    char *buf;
-    size_t len, cap;
-    int failed;
-} svg_buf;
-
-void svg_printf(svg_buf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* s (valid UTF-8) as XML text: & < > " ' escaped, control characters as spaces. */
-void svg_xml_text(svg_buf *sb, const char *s);
-/* The text, or NULL (and the buffer freed) when an allocation failed. */
-char *svg_finish(svg_buf *sb);
+/* ---- SVG helpers shared by svg_curves.c and svg_calibration.c (text in an
+ * ac_strbuf) ---- */
 
 typedef struct {
     double lo, hi, tick; /* axis range and tick spacing */
@@ -79,8 +68,8 @@ typedef struct {
 double svg_x(const svg_plot *p, double x);
 double svg_y(const svg_plot *p, double y);
 /* Grid, ticks with labels, frame and the two axis titles. */
-void svg_draw_axes(svg_buf *sb, const svg_plot *p, const char *x_title, const char *y_title);
+void svg_draw_axes(ac_strbuf *sb, const svg_plot *p, const char *x_title, const char *y_title);
 /* A grey note in the middle of the plot area ("no data"). */
-void svg_draw_message(svg_buf *sb, const svg_plot *p, const char *msg);
+void svg_draw_message(ac_strbuf *sb, const svg_plot *p, const char *msg);
 
 #endif

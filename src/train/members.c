@@ -137,6 +137,7 @@ int trainer_next_member(trainer *t, ac_err *err)
                              .best_step = -1,
                              .member = st->member + 1,
                              .steps_before = st->steps_before + st->step};
+    t->run_seed = trainer_member_seed(t);
     memset(t->m1, 0, t->model.n_params * sizeof *t->m1);
     memset(t->m2, 0, t->model.n_params * sizeof *t->m2);
     if (t->have_ema)

@@ -363,9 +363,9 @@ int trainer_make_epoch_plan(trainer *t, int epoch, ac_err *err)
                          .max_len = tc->crop_max,
                          .log_uniform = 1,
                          .keep_first = t->cfg.model.pooling == AC_POOL_CLS,
-                         .key = ac_rng_key(ac_rng_key(trainer_member_seed(t), STREAM_CROP),
+                         .key = ac_rng_key(ac_rng_key(t->run_seed, STREAM_CROP),
                                            (uint64_t)epoch)};
-    uint64_t shuffle = ac_rng_key(ac_rng_key(trainer_member_seed(t), STREAM_SHUFFLE),
+    uint64_t shuffle = ac_rng_key(ac_rng_key(t->run_seed, STREAM_SHUFFLE),
                                   (uint64_t)epoch);
     if (ac_batch_plan_make_cropped(&t->plan, &t->train_corpus, t->train_idx, t->n_train,
                                    tc->batch_size, 1, shuffle, &crop, err))
@@ -447,6 +447,7 @@ int trainer_setup(trainer *t, ac_err *err)
         if (o->resume && trainer_load_ema(t, err))
             return ac_err_prefix(err, "resume");
     }
+    t->run_seed = trainer_member_seed(t);
     int first_epoch = t->state.epoch < tc->epochs ? t->state.epoch : 0;
     if (trainer_make_epoch_plan(t, first_epoch, err))
         return ac_err_prefix(err, "batching");

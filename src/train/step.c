@@ -11,7 +11,7 @@
 
 static uint64_t step_dropout_key(const trainer *t)
 {
-    return ac_rng_key(ac_rng_key(trainer_member_seed(t), STREAM_DROPOUT), (uint64_t)t->state.step);
+    return ac_rng_key(ac_rng_key(t->run_seed, STREAM_DROPOUT), (uint64_t)t->state.step);
 }
 
 /* Forward and backward of one batch: the whole step's (first_row 0,

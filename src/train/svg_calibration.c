@@ -43,10 +43,10 @@ static void shade_of(int64_t count, int64_t max_count, unsigned char rgb[3])
     count_colour(t, rgb);
 }
 
-static void draw_bins(svg_buf *sb, const svg_plot *p, const ac_reliability *r, int64_t max_count)
+static void draw_bins(ac_strbuf *sb, const svg_plot *p, const ac_reliability *r, int64_t max_count)
 {
     const double bin_width = 1.0 / AC_CALIBRATION_BINS;
-    svg_printf(sb, "<g stroke=\"#fff\" stroke-width=\"1\">\n");
+    ac_strbuf_printf(sb, "<g stroke=\"#fff\" stroke-width=\"1\">\n");
     for (int b = 0; b < AC_CALIBRATION_BINS; b++) {
         if (r->count[b] == 0)
             continue;
@@ -54,33 +54,33 @@ static void draw_bins(svg_buf *sb, const svg_plot *p, const ac_reliability *r, i
         shade_of(r->count[b], max_count, rgb);
         double x0 = svg_x(p, b * bin_width), x1 = svg_x(p, (b + 1) * bin_width);
         double top = svg_y(p, r->accuracy[b]), bottom = svg_y(p, 0.0);
-        svg_printf(sb,
-                   "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
-                   "fill=\"#%02x%02x%02x\"><title>confidence (%.3f, %.3f]: %lld examples, "
-                   "accuracy %.4f, mean confidence %.4f</title></rect>\n",
-                   x0, top, x1 - x0, bottom - top, rgb[0], rgb[1], rgb[2], b * bin_width,
-                   (b + 1) * bin_width, (long long)r->count[b], r->accuracy[b], r->confidence[b]);
+        ac_strbuf_printf(sb,
+                         "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
+                         "fill=\"#%02x%02x%02x\"><title>confidence (%.3f, %.3f]: %lld examples, "
+                         "accuracy %.4f, mean confidence %.4f</title></rect>\n",
+                         x0, top, x1 - x0, bottom - top, rgb[0], rgb[1], rgb[2], b * bin_width,
+                         (b + 1) * bin_width, (long long)r->count[b], r->accuracy[b], r->confidence[b]);
     }
-    svg_printf(sb, "</g>\n");
+    ac_strbuf_printf(sb, "</g>\n");
 }
 
-static void draw_confidence_marks(svg_buf *sb, const svg_plot *p, const ac_reliability *r)
+static void draw_confidence_marks(ac_strbuf *sb, const svg_plot *p, const ac_reliability *r)
 {
     const double bin_width = 1.0 / AC_CALIBRATION_BINS;
-    svg_printf(sb, "<g stroke=\"%s\" stroke-width=\"2.5\">\n", COLOR_CONFIDENCE);
+    ac_strbuf_printf(sb, "<g stroke=\"%s\" stroke-width=\"2.5\">\n", COLOR_CONFIDENCE);
     for (int b = 0; b < AC_CALIBRATION_BINS; b++) {
         if (r->count[b] == 0)
             continue;
         double y = svg_y(p, r->confidence[b]);
-        svg_printf(sb, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n",
-                   svg_x(p, b * bin_width) + 2, y, svg_x(p, (b + 1) * bin_width) - 2, y);
+        ac_strbuf_printf(sb, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n",
+                         svg_x(p, b * bin_width) + 2, y, svg_x(p, (b + 1) * bin_width) - 2, y);
     }
-    svg_printf(sb, "</g>\n");
+    ac_strbuf_printf(sb, "</g>\n");
 }
 
-static void draw_diagonal(svg_buf *sb, const svg_plot *p)
+static void draw_diagonal(ac_strbuf *sb, const svg_plot *p)
 {
-    svg_printf(sb,
+    ac_strbuf_printf(sb,
                "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
                "stroke-width=\"1.5\" stroke-dasharray=\"6 3\"/>\n",
                svg_x(p, 0), svg_y(p, 0), svg_x(p, 1), svg_y(p, 1), COLOR_DIAGONAL);
@@ -88,10 +88,10 @@ static void draw_diagonal(svg_buf *sb, const svg_plot *p)
 
 /* Right of the plot: the count shades (1 .. the fullest bin, geometric steps),
  * then what the red marks and the dashed line mean. */
-static void draw_legend(svg_buf *sb, const svg_plot *p, int64_t max_count)
+static void draw_legend(ac_strbuf *sb, const svg_plot *p, int64_t max_count)
 {
     double x = p->x0 + p->w + LEGEND_GAP, y = p->y0 + 4;
-    svg_printf(sb, "<g font-size=\"12\">\n<text x=\"%.1f\" y=\"%.1f\">examples in bin</text>\n", x,
+    ac_strbuf_printf(sb, "<g font-size=\"12\">\n<text x=\"%.1f\" y=\"%.1f\">examples in bin</text>\n", x,
                y + 10);
     y += 22;
     int64_t last = 0;
@@ -103,19 +103,19 @@ static void draw_legend(svg_buf *sb, const svg_plot *p, int64_t max_count)
         last = count;
         unsigned char rgb[3];
         shade_of(count, max_count, rgb);
-        svg_printf(sb,
-                   "<rect x=\"%.1f\" y=\"%.1f\" width=\"22\" height=\"14\" "
-                   "fill=\"#%02x%02x%02x\"/>\n<text x=\"%.1f\" y=\"%.1f\">%lld</text>\n",
-                   x, y, rgb[0], rgb[1], rgb[2], x + 28, y + 11, (long long)count);
+        ac_strbuf_printf(sb,
+                         "<rect x=\"%.1f\" y=\"%.1f\" width=\"22\" height=\"14\" "
+                         "fill=\"#%02x%02x%02x\"/>\n<text x=\"%.1f\" y=\"%.1f\">%lld</text>\n",
+                         x, y, rgb[0], rgb[1], rgb[2], x + 28, y + 11, (long long)count);
         y += 20;
     }
     y += 14;
-    svg_printf(sb,
+    ac_strbuf_printf(sb,
                "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
                "stroke-width=\"2.5\"/>\n<text x=\"%.1f\" y=\"%.1f\">mean confidence</text>\n",
                x, y + 7, x + 22, y + 7, COLOR_CONFIDENCE, x + 28, y + 11);
     y += 20;
-    svg_printf(sb,
+    ac_strbuf_printf(sb,
                "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
                "stroke-width=\"1.5\" stroke-dasharray=\"6 3\"/>\n"
                "<text x=\"%.1f\" y=\"%.1f\">perfect calibration</text>\n</g>\n",
@@ -136,37 +136,37 @@ char *ac_calibration_svg(const ac_reliability *r, double ece, long n, const char
     else
         snprintf(ece_text, sizeof ece_text, "n/a");
 
-    svg_buf sb = {0};
+    ac_strbuf sb = {0};
     int height = TITLE_HEIGHT + MARGIN_TOP + PLOT_SIZE + MARGIN_BOTTOM;
-    svg_printf(&sb,
+    ac_strbuf_printf(&sb,
                "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
                "viewBox=\"0 0 %d %d\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n"
                "<title>",
                SVG_WIDTH, height, SVG_WIDTH, height);
-    svg_xml_text(&sb, title);
-    svg_printf(&sb,
+    ac_strbuf_xml_text(&sb, title);
+    ac_strbuf_printf(&sb,
                " (ECE %s, N = %ld)</title>\n"
                "<rect width=\"100%%\" height=\"100%%\" fill=\"#fff\"/>\n"
                "<text x=\"%d\" y=\"22\" font-size=\"15\" font-weight=\"bold\">",
                ece_text, n, MARGIN_LEFT);
-    svg_xml_text(&sb, title);
-    svg_printf(&sb, "<tspan font-weight=\"normal\"> (ECE %s, N = %ld)</tspan></text>\n", ece_text,
+    ac_strbuf_xml_text(&sb, title);
+    ac_strbuf_printf(&sb, "<tspan font-weight=\"normal\"> (ECE %s, N = %ld)</tspan></text>\n", ece_text,
                n);
 
     svg_plot plot = {MARGIN_LEFT, TITLE_HEIGHT + MARGIN_TOP, PLOT_SIZE,
-                     PLOT_SIZE,   {0.0, 1.0, 0.2},           {0.0, 1.0, 0.2}};
+                           PLOT_SIZE,   {0.0, 1.0, 0.2},           {0.0, 1.0, 0.2}};
     svg_draw_axes(&sb, &plot, "confidence (largest probability)", "accuracy");
     if (max_count > 0) {
         draw_bins(&sb, &plot, r, max_count);
         /* the bars' white outlines cover the frame's bottom edge: draw it again */
-        svg_printf(&sb, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#333\"/>\n",
-                   plot.x0, plot.y0 + plot.h, plot.x0 + plot.w, plot.y0 + plot.h);
+        ac_strbuf_printf(&sb, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#333\"/>\n",
+                         plot.x0, plot.y0 + plot.h, plot.x0 + plot.w, plot.y0 + plot.h);
         draw_diagonal(&sb, &plot);
         draw_confidence_marks(&sb, &plot, r);
         draw_legend(&sb, &plot, max_count);
     } else {
         svg_draw_message(&sb, &plot, "no data");
     }
-    svg_printf(&sb, "</svg>\n");
-    return svg_finish(&sb);
+    ac_strbuf_printf(&sb, "</svg>\n");
+    return ac_strbuf_take(&sb);
 }

@@ -5,7 +5,6 @@
 #include "curves.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,63 +24,6 @@ enum {
 static const char COLOR_TRAIN[] = "#1f77b4";
 static const char COLOR_VAL_LOSS[] = "#ff7f0e";
 static const char COLOR_VAL_ACC[] = "#2ca02c";
-
-void svg_printf(svg_buf *sb, const char *fmt, ...)
-{
-    if (sb->failed)
-        return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int need = vsnprintf(sb->buf ? sb->buf + sb->len : NULL, sb->buf ? sb->cap - sb->len : 0,
-                             fmt, ap);
-        va_end(ap);
-        if (need < 0) {
-            sb->failed = 1;
-            return;
-        }
-        if (sb->buf && sb->len + (size_t)need < sb->cap) {
-            sb->len += (size_t)need;
-            return;
-        }
-        size_t cap = sb->cap ? sb->cap : 4096;
-        while (cap <= sb->len + (size_t)need)
-            cap *= 2;
-        char *grown = realloc(sb->buf, cap);
-        if (!grown) {
-            sb->failed = 1;
-            return;
-        }
-        sb->buf = grown;
-        sb->cap = cap;
-    }
-}
-
-void svg_xml_text(svg_buf *sb, const char *s)
-{
-    for (; *s; s++) {
-        switch (*s) {
-        case '&': svg_printf(sb, "&amp;"); break;
-        case '<': svg_printf(sb, "&lt;"); break;
-        case '>': svg_printf(sb, "&gt;"); break;
-        case '"': svg_printf(sb, "&quot;"); break;
-        case '\'': svg_printf(sb, "&apos;"); break;
-        default:
-            /* XML 1.0 forbids most control characters, even escaped */
-            svg_printf(sb, "%c", (unsigned char)*s < 0x20 && *s != '\t' && *s != '\n' ? ' ' : *s);
-            break;
-        }
-    }
-}
-
-char *svg_finish(svg_buf *sb)
-{
-    if (sb->failed) {
-        free(sb->buf);
-        return NULL;
-    }
-    return sb->buf;
-}
 
 /* A "nice" tick spacing (1, 2 or 5 x 10^k) giving about `target` ticks over span. */
 static double nice_step(double span, int target)
@@ -137,22 +79,22 @@ double svg_y(const svg_plot *p, double y)
     return p->y0 + p->h - (y - p->yr.lo) / (p->yr.hi - p->yr.lo) * p->h;
 }
 
-void svg_draw_axes(svg_buf *sb, const svg_plot *p, const char *x_title, const char *y_title)
+void svg_draw_axes(ac_strbuf *sb, const svg_plot *p, const char *x_title, const char *y_title)
 {
     char label[64];
     /* grid and y ticks */
-    svg_printf(sb, "<g font-size=\"11\" fill=\"#444\">\n");
+    ac_strbuf_printf(sb, "<g font-size=\"11\" fill=\"#444\">\n");
     for (int i = 0;; i++) {
         double v = p->yr.lo + i * p->yr.tick;
         if (v > p->yr.hi + p->yr.tick * 1e-6)
             break;
         double y = svg_y(p, v);
         format_tick(label, sizeof label, v, p->yr.tick);
-        svg_printf(sb,
-                   "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>\n"
-                   "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#333\"/>\n"
-                   "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
-                   p->x0, y, p->x0 + p->w, y, p->x0 - 5, y, p->x0, y, p->x0 - 8, y + 4, label);
+        ac_strbuf_printf(sb,
+                         "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>\n"
+                         "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#333\"/>\n"
+                         "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
+                         p->x0, y, p->x0 + p->w, y, p->x0 - 5, y, p->x0, y, p->x0 - 8, y + 4, label);
     }
     for (int i = 0;; i++) {
         double v = p->xr.lo + i * p->xr.tick;
@@ -160,24 +102,24 @@ void svg_draw_axes(svg_buf *sb, const svg_plot *p, const char *x_title, const ch
             break;
         double x = svg_x(p, v);
         format_tick(label, sizeof label, v, p->xr.tick);
-        svg_printf(sb,
-                   "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#333\"/>\n"
-                   "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n",
-                   x, p->y0 + p->h, x, p->y0 + p->h + 5, x, p->y0 + p->h + 18, label);
+        ac_strbuf_printf(sb,
+                         "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#333\"/>\n"
+                         "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n",
+                         x, p->y0 + p->h, x, p->y0 + p->h + 5, x, p->y0 + p->h + 18, label);
     }
-    svg_printf(sb, "</g>\n");
+    ac_strbuf_printf(sb, "</g>\n");
     /* frame and axis titles */
-    svg_printf(sb,
-               "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" "
-               "stroke=\"#333\"/>\n",
-               p->x0, p->y0, p->w, p->h);
-    svg_printf(sb,
-               "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\">%s</text>\n",
-               p->x0 + p->w / 2, p->y0 + p->h + 36, x_title);
-    svg_printf(sb,
-               "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\" "
-               "transform=\"rotate(-90 %.1f %.1f)\">%s</text>\n",
-               p->x0 - 52, p->y0 + p->h / 2, p->x0 - 52, p->y0 + p->h / 2, y_title);
+    ac_strbuf_printf(sb,
+                     "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" "
+                     "stroke=\"#333\"/>\n",
+                     p->x0, p->y0, p->w, p->h);
+    ac_strbuf_printf(sb,
+                     "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\">%s</text>\n",
+                     p->x0 + p->w / 2, p->y0 + p->h + 36, x_title);
+    ac_strbuf_printf(sb,
+                     "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\" "
+                     "transform=\"rotate(-90 %.1f %.1f)\">%s</text>\n",
+                     p->x0 - 52, p->y0 + p->h / 2, p->x0 - 52, p->y0 + p->h / 2, y_title);
 }
 
 static double field_at(const ac_metric_point *pt, size_t field_offset)
@@ -187,7 +129,7 @@ static double field_at(const ac_metric_point *pt, size_t field_offset)
 
 /* One series as a path (gaps where values are not finite) plus markers. The
  * members' average is not on it: draw_soup marks it. */
-static void draw_series(svg_buf *sb, const svg_plot *p, const ac_metric_point *pts, int n,
+static void draw_series(ac_strbuf *sb, const svg_plot *p, const ac_metric_point *pts, int n,
                         size_t field_offset, const char *color, int dashed)
 {
     int pen_down = 0, any = 0;
@@ -201,66 +143,66 @@ static void draw_series(svg_buf *sb, const svg_plot *p, const ac_metric_point *p
             continue;
         }
         if (!any)
-            svg_printf(sb, "<path fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s d=\"", color,
-                       dashed ? " stroke-dasharray=\"6 3\"" : "");
+            ac_strbuf_printf(sb, "<path fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s d=\"", color,
+                             dashed ? " stroke-dasharray=\"6 3\"" : "");
         any = 1;
-        svg_printf(sb, "%s%.1f %.1f", pen_down ? " L" : " M", svg_x(p, (double)pts[i].step),
-                   svg_y(p, v));
+        ac_strbuf_printf(sb, "%s%.1f %.1f", pen_down ? " L" : " M", svg_x(p, (double)pts[i].step),
+                         svg_y(p, v));
         pen_down = 1;
     }
     if (!any)
         return;
-    svg_printf(sb, "\"/>\n");
+    ac_strbuf_printf(sb, "\"/>\n");
     if (n > MAX_MARKERS)
         return;
-    svg_printf(sb, "<g fill=\"%s\">\n", color);
+    ac_strbuf_printf(sb, "<g fill=\"%s\">\n", color);
     for (int i = 0; i < n; i++) {
         double v = field_at(&pts[i], field_offset);
         if (!pts[i].soup && isfinite(v))
-            svg_printf(sb, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\"/>\n",
-                       svg_x(p, (double)pts[i].step), svg_y(p, v));
+            ac_strbuf_printf(sb, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\"/>\n",
+                             svg_x(p, (double)pts[i].step), svg_y(p, v));
     }
-    svg_printf(sb, "</g>\n");
+    ac_strbuf_printf(sb, "</g>\n");
 }
 
-static void draw_diamond_at(svg_buf *sb, double x, double y, const char *fill, const char *stroke)
+static void draw_diamond_at(ac_strbuf *sb, double x, double y, const char *fill, const char *stroke)
 {
     const double r = 6;
-    svg_printf(sb,
-               "<polygon points=\"%.1f,%.1f %.1f,%.1f %.1f,%.1f %.1f,%.1f\" fill=\"%s\" "
-               "stroke=\"%s\" stroke-width=\"1.5\"/>\n",
-               x, y - r, x + r, y, x, y + r, x - r, y, fill, stroke);
+    ac_strbuf_printf(sb,
+                     "<polygon points=\"%.1f,%.1f %.1f,%.1f %.1f,%.1f %.1f,%.1f\" fill=\"%s\" "
+                     "stroke=\"%s\" stroke-width=\"1.5\"/>\n",
+                     x, y - r, x + r, y, x, y + r, x - r, y, fill, stroke);
 }
 
 /* With members, each member's curve starts after a faint rule, so three
  * curves side by side read as three models; with named, each is named at the
  * foot of the panel (the loss panel, where curves stay well above 0). */
-static void draw_member_marks(svg_buf *sb, const svg_plot *p, const ac_metric_point *pts, int n,
+static void draw_member_marks(ac_strbuf *sb, const svg_plot *p, const ac_metric_point *pts, int n,
                               int named)
 {
-    svg_printf(sb, "<g font-size=\"11\" fill=\"#777\">\n");
+    ac_strbuf_printf(sb, "<g font-size=\"11\" fill=\"#777\">\n");
     for (int i = 0; i < n; i++) {
         if (pts[i].soup || pts[i].member < 1 || (i > 0 && pts[i].member == pts[i - 1].member))
             continue;
         double x = p->x0;
         if (i > 0) {
             x = svg_x(p, (double)pts[i - 1].step);
-            svg_printf(sb,
-                       "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#bbb\" "
-                       "stroke-dasharray=\"2 3\"/>\n",
-                       x, p->y0, x, p->y0 + p->h);
+            ac_strbuf_printf(sb,
+                             "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#bbb\" "
+                             "stroke-dasharray=\"2 3\"/>\n",
+                             x, p->y0, x, p->y0 + p->h);
         }
         if (named)
-            svg_printf(sb, "<text x=\"%.1f\" y=\"%.1f\">member %d</text>\n", x + 5,
-                       p->y0 + p->h - 6, pts[i].member);
+            ac_strbuf_printf(sb, "<text x=\"%.1f\" y=\"%.1f\">member %d</text>\n", x + 5,
+                             p->y0 + p->h - 6, pts[i].member);
     }
-    svg_printf(sb, "</g>\n");
+    ac_strbuf_printf(sb, "</g>\n");
 }
 
 /* The members' average: a diamond at the end of the run, named in the
  * legend. When it read below every member (kept_member, accuracy panel) its
  * own figure is a hollow diamond and the kept member's a filled one. */
-static void draw_soup(svg_buf *sb, const svg_plot *p, const ac_metric_point *pts, int n,
+static void draw_soup(ac_strbuf *sb, const svg_plot *p, const ac_metric_point *pts, int n,
                       size_t field_offset, const char *color, int with_mean)
 {
     for (int i = 0; i < n; i++) {
@@ -292,14 +234,14 @@ static double text_width(const char *s)
 }
 
 /* A one-row legend above the plot area, right-aligned, so it never hides data. */
-static void draw_legend(svg_buf *sb, const svg_plot *p, const legend_entry *entries, int n)
+static void draw_legend(ac_strbuf *sb, const svg_plot *p, const legend_entry *entries, int n)
 {
     const double swatch = 22, gap = 18;
     double total = 0;
     for (int i = 0; i < n; i++)
         total += swatch + 6 + text_width(entries[i].name) + (i ? gap : 0);
     double x = p->x0 + p->w - total, y = p->y0 - 8;
-    svg_printf(sb, "<g font-size=\"12\">\n");
+    ac_strbuf_printf(sb, "<g font-size=\"12\">\n");
     for (int i = 0; i < n; i++) {
         const legend_entry *e = &entries[i];
         if (i)
@@ -309,17 +251,17 @@ static void draw_legend(svg_buf *sb, const svg_plot *p, const legend_entry *entr
                             e->style == LEGEND_DIAMOND ? e->color : "#fff",
                             e->style == LEGEND_DIAMOND ? "#333" : e->color);
         else
-            svg_printf(sb,
-                       "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
-                       "stroke-width=\"3\"%s/>\n",
-                       x, y - 4, x + swatch, y - 4, e->color,
-                       e->style == LEGEND_DASHED ? " stroke-dasharray=\"6 3\"" : "");
-        svg_printf(sb, "<text x=\"%.1f\" y=\"%.1f\">", x + swatch + 6, y);
-        svg_xml_text(sb, e->name);
-        svg_printf(sb, "</text>\n");
+            ac_strbuf_printf(sb,
+                             "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+                             "stroke-width=\"3\"%s/>\n",
+                             x, y - 4, x + swatch, y - 4, e->color,
+                             e->style == LEGEND_DASHED ? " stroke-dasharray=\"6 3\"" : "");
+        ac_strbuf_printf(sb, "<text x=\"%.1f\" y=\"%.1f\">", x + swatch + 6, y);
+        ac_strbuf_xml_text(sb, e->name);
+        ac_strbuf_printf(sb, "</text>\n");
         x += swatch + 6 + text_width(e->name);
     }
-    svg_printf(sb, "</g>\n");
+    ac_strbuf_printf(sb, "</g>\n");
 }
 
 /* The accuracy panel's legend entries for the members' average (at most 2). */
@@ -363,12 +305,12 @@ static void field_range(const ac_metric_point *pts, int n, size_t field_offset, 
     }
 }
 
-void svg_draw_message(svg_buf *sb, const svg_plot *p, const char *msg)
+void svg_draw_message(ac_strbuf *sb, const svg_plot *p, const char *msg)
 {
-    svg_printf(sb,
-               "<text x=\"%.1f\" y=\"%.1f\" font-size=\"13\" fill=\"#777\" "
-               "text-anchor=\"middle\">%s</text>\n",
-               p->x0 + p->w / 2, p->y0 + p->h / 2, msg);
+    ac_strbuf_printf(sb,
+                     "<text x=\"%.1f\" y=\"%.1f\" font-size=\"13\" fill=\"#777\" "
+                     "text-anchor=\"middle\">%s</text>\n",
+                     p->x0 + p->w / 2, p->y0 + p->h / 2, msg);
 }
 
 char *ac_curves_svg(const ac_metric_point *pts, int n, const ac_curves_labels *labels)
@@ -377,17 +319,17 @@ char *ac_curves_svg(const ac_metric_point *pts, int n, const ac_curves_labels *l
                                                 "validation accuracy"};
     if (!labels)
         labels = &CLASSIFIER;
-    svg_buf sb = {0};
+    ac_strbuf sb = {0};
     int height = TITLE_HEIGHT + 2 * PANEL_HEIGHT;
-    svg_printf(&sb,
-               "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-               "viewBox=\"0 0 %d %d\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n"
-               "<title>attnctl training curves</title>\n"
-               "<rect width=\"100%%\" height=\"100%%\" fill=\"#fff\"/>\n"
-               "<text x=\"%d\" y=\"22\" font-size=\"15\" font-weight=\"bold\">",
-               SVG_WIDTH, height, SVG_WIDTH, height, MARGIN_LEFT);
-    svg_xml_text(&sb, labels->title);
-    svg_printf(&sb, "</text>\n");
+    ac_strbuf_printf(&sb,
+                     "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+                     "viewBox=\"0 0 %d %d\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n"
+                     "<title>attnctl training curves</title>\n"
+                     "<rect width=\"100%%\" height=\"100%%\" fill=\"#fff\"/>\n"
+                     "<text x=\"%d\" y=\"22\" font-size=\"15\" font-weight=\"bold\">",
+                     SVG_WIDTH, height, SVG_WIDTH, height, MARGIN_LEFT);
+    ac_strbuf_xml_text(&sb, labels->title);
+    ac_strbuf_printf(&sb, "</text>\n");
 
     long max_step = 1;
     for (int i = 0; i < n; i++)
@@ -469,6 +411,6 @@ char *ac_curves_svg(const ac_metric_point *pts, int n, const ac_curves_labels *l
         svg_draw_message(&sb, &acc, n ? "no validation data" : "no evaluations yet");
     }
 
-    svg_printf(&sb, "</svg>\n");
-    return svg_finish(&sb);
+    ac_strbuf_printf(&sb, "</svg>\n");
+    return ac_strbuf_take(&sb);
 }

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "attnctl/gradsum.h"
+#include "attnctl/infer.h"
 #include "attnctl/io.h"
 #include "attnctl/metrics.h"
 #include "attnctl/mlm.h"
@@ -53,10 +54,15 @@ typedef struct {
     int64_t n_train, n_val;
     ac_batch_plan plan; /* training batches of epoch plan_epoch */
     int plan_epoch;     /* -1: none */
+    uint64_t run_seed;  /* the seed of the shuffle, crops and dropout of the run in
+                           progress: training.seed, or its member's (set where a run
+                           or member starts: trainer_setup, trainer_next_member) */
     ac_batch_plan val_plan;
     int have_val_plan;
     ac_batch_plan span_plan; /* the same rows cut to short spans */
     int have_span_plan;
+    ac_infer val_infer;      /* the validation batches' forward, as the plan gives them */
+    int have_val_infer;
     float *val_logits;       /* [n_val, C] raw logits of the last validation pass */
     int32_t *val_labels;     /* [n_val] */
     ac_metrics val_metrics;  /* calibration of the validation rows at the fitted temperature */
