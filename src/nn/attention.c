@@ -264,6 +264,8 @@ void attention_forward(float *out, float *probs, float *scratch, int slots, cons
  * max |row| / 127; 0 for a zero row, NaN for a row that is not finite), hd
  * padded to hd4 with zeros; `shift` (128 for the unsigned side of vpdpbusd,
  * else 0) is added to every byte. */
+typedef uint8_t vb16 __attribute__((vector_size(16)));
+
 static void quantize_head_rows(uint8_t *dst, float *scales, const float *x, size_t ld, int len,
                                int hd, int hd4, int shift)
 {
@@ -286,10 +288,9 @@ static void quantize_head_rows(uint8_t *dst, float *scales, const float *x, size
             const float inv = max > 0.0f ? 127.0f / max : 0.0f;
             vf16 v = (xv * inv + magic) - magic;
             v = vf_min(vf_max(v, vf_splat(-127.0f)), vf_splat(127.0f));
-            vi16 qi = __builtin_convertvector(v, vi16) + shift;
-            uint8_t *o = dst + (size_t)t * hd4;
-            for (int i = 0; i < VF_LANES; i++)
-                o[i] = (uint8_t)qi[i];
+            /* to bytes modulo 256: -127..127 as int8, or 1..255 with the shift */
+            vb16 qb = __builtin_convertvector(__builtin_convertvector(v, vi16) + shift, vb16);
+            memcpy(dst + (size_t)t * hd4, &qb, sizeof qb);
         }
         return;
     }
@@ -358,12 +359,24 @@ static void scores_vnni(int32_t *acc, const uint8_t *qu, const int8_t *kq, int l
 }
 #endif
 
-/* One row of attention weights from its integer scores: x[s] = (acc[s] -
- * 128 ksum[s]) sq sk[s], row[s] = exp(scale (x[s] - max x)); returns 1 / the
- * row's sum (the caller normalises). Two passes, 16 lanes at a time, fixed
- * order. A row that is not finite becomes NaN. */
-static float exp_scores(float *row, const int32_t *acc, const int32_t *ksum, const float *sk,
-                        float sq, int len, float scale)
+/* Lane-wise max for rows already checked for NaN separately (one
+ * instruction where AVX-512 is there; vf_max's NaN rule is not needed). */
+static inline vf16 row_max(vf16 a, vf16 b)
+{
+#if defined(__AVX512F__)
+    return (vf16)_mm512_max_ps((__m512)a, (__m512)b);
+#else
+    return vf_max(a, b);
+#endif
+}
+
+/* One row of attention weights from its integer scores, in base 2: y[s] =
+ * (acc[s] - kbias[s]) sq ks[s] (ks = the key's scale x the softmax scale x
+ * log2 e, kbias = 128 x the key's sum), row[s] = 2^(y[s] - max y); returns 1
+ * / the row's sum (the caller normalises). Two passes, 16 lanes at a time,
+ * fixed order. A row that is not finite becomes NaN. */
+static float exp_scores(float *row, const int32_t *acc, const int32_t *kbias, const float *ks,
+                        float sq, int len)
 {
     vf16 vmax = vf_splat(-INFINITY);
     vi16 nan = {0};
@@ -372,10 +385,10 @@ static float exp_scores(float *row, const int32_t *acc, const int32_t *ksum, con
     for (; s + VF_LANES <= len; s += VF_LANES) {
         vi16 a, k;
         memcpy(&a, acc + s, sizeof a);
-        memcpy(&k, ksum + s, sizeof k);
-        vf16 x = __builtin_convertvector(a - 128 * k, vf16) * (vsq * vf_load(sk + s));
+        memcpy(&k, kbias + s, sizeof k);
+        vf16 x = __builtin_convertvector(a - k, vf16) * (vsq * vf_load(ks + s));
         nan |= x != x;
-        vmax = vf_max(vmax, x);
+        vmax = row_max(vmax, x);
         vf_store(row + s, x);
     }
     float m = vf_hmax(vmax);
@@ -383,7 +396,7 @@ static float exp_scores(float *row, const int32_t *acc, const int32_t *ksum, con
     for (int i = 0; i < VF_LANES; i++)
         bad |= nan[i];
     for (; s < len; s++) {
-        float x = (float)(acc[s] - 128 * ksum[s]) * (sq * sk[s]);
+        float x = (float)(acc[s] - kbias[s]) * (sq * ks[s]);
         bad |= x != x;
         m = x > m ? x : m;
         row[s] = x;
@@ -393,16 +406,16 @@ static float exp_scores(float *row, const int32_t *acc, const int32_t *ksum, con
             row[i] = NAN;
         return NAN;
     }
-    const vf16 shift = vf_splat(m * scale), vscale = vf_splat(scale);
+    const vf16 shift = vf_splat(m);
     vf16 vsum = vf_splat(0.0f);
     for (s = 0; s + VF_LANES <= len; s += VF_LANES) {
-        vf16 e = vf_exp_nonpositive(vf_load(row + s) * vscale - shift);
+        vf16 e = vf_exp2_nonpositive_approx(vf_load(row + s) - shift);
         vf_store(row + s, e);
         vsum += e;
     }
     float sum = vf_sum(vsum);
     for (; s < len; s++) {
-        vf16 e = vf_exp_nonpositive(vf_splat(row[s] * scale - m * scale));
+        vf16 e = vf_exp2_nonpositive_approx(vf_splat(row[s] - m));
         row[s] = e[0];
         sum += e[0];
     }
@@ -432,7 +445,7 @@ void attention_forward_int8(float *out, float *probs, float *scratch, int slots,
         uint8_t *qu = (uint8_t *)(bytes + (size_t)Tp * hd4);   /* [Tp * hd4] */
         float *sq = (float *)(void *)(bytes + 2 * (size_t)Tp * hd4);
         float *sk = sq + Tp;
-        int32_t *ksum = (int32_t *)(void *)(sk + Tp);
+        int32_t *ksum = (int32_t *)(void *)(sk + Tp); /* 128 x each key's sum */
         int32_t *acc = ksum + Tp;
         pack_rows(vp, v + item * ld + col, (size_t)ld, len, hd, hdp);
         /* keys: int8 rows, then regrouped 16 keys x 4 values a block; pad keys are zero */
@@ -445,7 +458,8 @@ void attention_forward_int8(float *out, float *probs, float *scratch, int slots,
                 kq[(size_t)(s / 16) * hd4 * 16 + (size_t)(i / 4) * 64 + (s % 16) * 4 + i % 4] = x;
                 sum += x;
             }
-            ksum[s] = sum;
+            ksum[s] = 128 * sum;
+            sk[s] *= scale * 1.44269504088896341f; /* softmax scale, and base 2 */
         }
         quantize_head_rows(qu, sq, q + item * ld + col, (size_t)ld, len, hd, hd4, 128);
         float *inv_sum = (float *)(void *)(acc + Tp); /* [Tp] */
@@ -455,7 +469,7 @@ void attention_forward_int8(float *out, float *probs, float *scratch, int slots,
             else
                 scores_c(acc, qu + (size_t)t * hd4, kq, len, hd4);
             /* the same code after either kernel: the same bits */
-            inv_sum[t] = exp_scores(pb + (size_t)t * T, acc, ksum, sk, sq[t], len, scale);
+            inv_sum[t] = exp_scores(pb + (size_t)t * T, acc, ksum, sk, sq[t], len);
         }
         if (probs) {
             for (int t = 0; t < len; t++)

@@ -84,4 +84,24 @@ static inline vf16 vf_exp_nonpositive(vf16 x)
     return (vf16)(~(vu16)underflow & bits);
 }
 
+/* 2^y for y <= 0, for the softmax of quantized models: relative error below
+ * 3e-6 (a degree-4 polynomial for 2^f, |f| <= 1/2, fitted to the relative
+ * error) and about half the work of vf_exp_nonpositive. y below -125 counts
+ * as -125 (2^-125, still a normal float: the exponent bits are added without
+ * a check), so a row's sum is never zero. NaN lanes give unspecified values:
+ * callers check. */
+static inline vf16 vf_exp2_nonpositive_approx(vf16 y)
+{
+    const float round_magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+    y = vf_max(y, vf_splat(-125.0f));
+    vf16 t = y + round_magic;
+    vu16 n = (vu16)t - (vu16)vf_splat(round_magic);
+    vf16 f = y - (t - round_magic);
+    vf16 p = 0.009570102207362652f * f + 0.05591786280274391f;
+    p = p * f + 0.240247443318367f;
+    p = p * f + 0.6931217908859253f;
+    p = p * f + 0.9999992847442627f;
+    return (vf16)((vu16)p + (n << 23));
+}
+
 #endif
