@@ -319,13 +319,13 @@ static void quantize_head_rows(uint8_t *dst, float *scales, const float *x, size
     }
 }
 
-/* acc[s] = sum_i qu[i] * kq[s][i] for s < len: qu one query row (unsigned,
+/* acc[s] = sum_i qu[i] * kq[s][i] for s < len rounded to 16: qu one query row (unsigned,
  * hd4 bytes), kq the keys as [len rounded to 16 / 16][hd4 / 4][16][4] signed
  * bytes (16 keys x 4 values a 64-byte block). */
 static void scores_c(int32_t *acc, const uint8_t *qu, const int8_t *kq, int len, int hd4)
 {
     const int j4 = hd4 / 4;
-    for (int s = 0; s < len; s++) {
+    for (int s = 0; s < round_up(len, 16); s++) { /* pad keys (zero) too, as scores_vnni */
         const int8_t *blk = kq + (size_t)(s / 16) * j4 * 64 + (s % 16) * 4;
         int32_t sum = 0;
         for (int j = 0; j < j4; j++)
@@ -391,16 +391,27 @@ static float exp_scores(float *row, const int32_t *acc, const int32_t *kbias, co
         vmax = row_max(vmax, x);
         vf_store(row + s, x);
     }
+    /* the last len % 16 keys as one vector: the arrays have room up to len
+     * rounded to 16; lanes past len are set aside (-inf, then 0) */
+    const int rest = len - s;
+    vi16 lane_in = {0};
+    vf16 tail = vf_splat(0.0f);
+    if (rest > 0) {
+        vi16 a, k;
+        memcpy(&a, acc + s, sizeof a);
+        memcpy(&k, kbias + s, sizeof k);
+        for (int i = 0; i < VF_LANES; i++)
+            lane_in[i] = i < rest ? -1 : 0;
+        tail = vf_select(lane_in,
+                         __builtin_convertvector(a - k, vf16) * (vsq * vf_load(ks + s)),
+                         vf_splat(-INFINITY));
+        nan |= tail != tail;
+        vmax = row_max(vmax, tail);
+    }
     float m = vf_hmax(vmax);
     int bad = 0;
     for (int i = 0; i < VF_LANES; i++)
         bad |= nan[i];
-    for (; s < len; s++) {
-        float x = (float)(acc[s] - kbias[s]) * (sq * ks[s]);
-        bad |= x != x;
-        m = x > m ? x : m;
-        row[s] = x;
-    }
     if (bad || !isfinite(m)) {
         for (int i = 0; i < len; i++)
             row[i] = NAN;
@@ -413,13 +424,12 @@ static float exp_scores(float *row, const int32_t *acc, const int32_t *kbias, co
         vf_store(row + s, e);
         vsum += e;
     }
-    float sum = vf_sum(vsum);
-    for (; s < len; s++) {
-        vf16 e = vf_exp2_nonpositive_approx(vf_splat(row[s] - m));
-        row[s] = e[0];
-        sum += e[0];
+    if (rest > 0) {
+        vf16 e = vf_select(lane_in, vf_exp2_nonpositive_approx(tail - shift), vf_splat(0.0f));
+        vsum += e;
+        memcpy(row + s, &e, sizeof(float) * (size_t)rest);
     }
-    return 1.0f / sum;
+    return 1.0f / vf_sum(vsum);
 }
 
 void attention_forward_int8(float *out, float *probs, float *scratch, int slots, const float *q,
@@ -460,6 +470,10 @@ void attention_forward_int8(float *out, float *probs, float *scratch, int slots,
             }
             ksum[s] = 128 * sum;
             sk[s] *= scale * 1.44269504088896341f; /* softmax scale, and base 2 */
+        }
+        for (int s = len; s < round_up(len, VF_LANES); s++) { /* read by exp_scores' last vector */
+            ksum[s] = 0;
+            sk[s] = 0.0f;
         }
         quantize_head_rows(qu, sq, q + item * ld + col, (size_t)ld, len, hd, hd4, 128);
         float *inv_sum = (float *)(void *)(acc + Tp); /* [Tp] */
