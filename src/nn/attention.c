@@ -274,11 +274,8 @@ static void quantize_head_rows(uint8_t *dst, float *scales, const float *x, size
         /* a head of 16: one vector a row, the same operations as below */
         for (int t = 0; t < len; t++) {
             vf16 xv = vf_load(x + (size_t)t * ld), a = vf_select(xv < 0.0f, -xv, xv);
-            vi16 bad = ~(a <= 3.4e38f);
-            int finite = 1;
-            for (int i = 0; i < VF_LANES; i++)
-                finite &= !bad[i];
-            const float max = vf_hmax(a);
+            const int finite = !vi_any(~(a <= 3.4e38f));
+            const float max = vf_hmax_nonan(a);
             if (!finite) { /* NaN scale; no NaN or infinity reaches the conversion */
                 scales[t] = NAN;
                 memset(dst + (size_t)t * hd4, shift, (size_t)hd4);
@@ -408,11 +405,8 @@ static float exp_scores(float *row, const int32_t *acc, const int32_t *kbias, co
         nan |= tail != tail;
         vmax = row_max(vmax, tail);
     }
-    float m = vf_hmax(vmax);
-    int bad = 0;
-    for (int i = 0; i < VF_LANES; i++)
-        bad |= nan[i];
-    if (bad || !isfinite(m)) {
+    const float m = vf_hmax_nonan(vmax);
+    if (vi_any(nan) || !isfinite(m)) {
         for (int i = 0; i < len; i++)
             row[i] = NAN;
         return NAN;
@@ -462,12 +456,13 @@ void attention_forward_int8(float *out, float *probs, float *scratch, int slots,
         quantize_head_rows(qu, sk, k + item * ld + col, (size_t)ld, len, hd, hd4, 0);
         memset(kq, 0, (size_t)Tp * hd4);
         for (int s = 0; s < len; s++) {
+            const int8_t *row = (const int8_t *)qu + (size_t)s * hd4;
             int32_t sum = 0;
-            for (int i = 0; i < hd4; i++) {
-                int8_t x = (int8_t)qu[(size_t)s * hd4 + i];
-                kq[(size_t)(s / 16) * hd4 * 16 + (size_t)(i / 4) * 64 + (s % 16) * 4 + i % 4] = x;
-                sum += x;
-            }
+            for (int i = 0; i < hd4; i++)
+                sum += row[i];
+            for (int i = 0; i < hd4; i += 4)
+                memcpy(kq + (size_t)(s / 16) * hd4 * 16 + (size_t)(i / 4) * 64 + (s % 16) * 4,
+                       row + i, 4);
             ksum[s] = 128 * sum;
             sk[s] *= scale * 1.44269504088896341f; /* softmax scale, and base 2 */
         }

@@ -100,10 +100,8 @@ static void quantize_row(uint8_t *xq, float *s, const float *x, int in_dim, int 
         bad |= ~(a <= FLT_MAX);
         vmax = vf_max(vmax, a);
     }
-    float max = vf_hmax(vmax);
-    int finite = 1;
-    for (int i = 0; i < VF_LANES; i++)
-        finite &= !bad[i];
+    float max = vf_hmax_nonan(vmax);
+    int finite = !vi_any(bad);
     for (; at < in_dim; at++) {
         const float a = fabsf(x[at]);
         max = a > max ? a : max;

@@ -7,6 +7,9 @@
 
 #include <stdint.h>
 #include <string.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #define VF_LANES 16
 typedef float vf16 __attribute__((vector_size(64)));
@@ -55,6 +58,31 @@ static inline float vf_hmax(vf16 v)
     for (int i = 1; i < VF_LANES; i++)
         m = v[i] > m ? v[i] : m;
     return m;
+}
+
+/* The largest lane, for lanes known not to be NaN (the caller checks them):
+ * one AVX-512 reduction where there is one. Ties of +0 and -0 may give
+ * either zero. */
+static inline float vf_hmax_nonan(vf16 v)
+{
+#if defined(__AVX512F__)
+    return _mm512_reduce_max_ps((__m512)v);
+#else
+    return vf_hmax(v);
+#endif
+}
+
+/* Whether any lane of a mask (lanes 0 or -1) is set. */
+static inline int vi_any(vi16 m)
+{
+#if defined(__AVX512F__)
+    return _mm512_test_epi32_mask((__m512i)m, (__m512i)m) != 0;
+#else
+    int any = 0;
+    for (int i = 0; i < VF_LANES; i++)
+        any |= m[i] != 0;
+    return any;
+#endif
 }
 
 /* exp(x) for x <= 0 (what a softmax needs), relative error about 2e-7;
