@@ -260,12 +260,12 @@ void attention_forward(float *out, float *probs, float *scratch, int slots, cons
 
 /* ------------------------------------------------ int8 scores (quantized models) */
 
+typedef uint8_t vb16 __attribute__((vector_size(16))); /* 16 bytes, for conversions */
+
 /* Rows of x (stride ld, hd values) as int8 with a scale a row (symmetric,
  * max |row| / 127; 0 for a zero row, NaN for a row that is not finite), hd
  * padded to hd4 with zeros; `shift` (128 for the unsigned side of vpdpbusd,
  * else 0) is added to every byte. */
-typedef uint8_t vb16 __attribute__((vector_size(16)));
-
 static void quantize_head_rows(uint8_t *dst, float *scales, const float *x, size_t ld, int len,
                                int hd, int hd4, int shift)
 {
