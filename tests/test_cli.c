@@ -1062,6 +1062,49 @@ START_TEST(test_bench_text_only)
 }
 END_TEST
 
+/* bench --model of the fixture model and its quantized copy: both on the same
+ * reviews; GOP/s of the products as bench counts them a review; the FP32
+ * model against the FP32 peak, the quantized one against the int8 peak (4x). */
+START_TEST(test_bench_models)
+{
+    char model[512], qdir[512];
+    model_dir(model, sizeof model);
+    work_path(qdir, sizeof qdir, "bench-q");
+    nftw(qdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    const char *quantize[] = {"quantize", "--model", model, "--out", qdir, NULL};
+    result q = run(quantize);
+    ck_assert_msg(q.status == 0, "status %d, stderr: %s", q.status, q.err);
+    result_free(&q);
+    const char *args[] = {"bench", "--model", model, "--model", qdir, "--data", SAMPLE_TEST,
+                          "--threads", "1", "--json", NULL};
+    result r = run(args);
+    ck_assert_msg(r.status == 0, "status %d, stderr: %s", r.status, r.err);
+    cJSON *o = cJSON_Parse(r.out);
+    ck_assert_msg(cJSON_IsArray(o) && cJSON_GetArraySize(o) == 2, "not 2 results: %s", r.out);
+    const cJSON *f = cJSON_GetArrayItem(o, 0), *qm = cJSON_GetArrayItem(o, 1);
+    ck_assert_double_eq(json_num(f, "rows"), json_num(qm, "rows"));
+    ck_assert_double_eq(json_num(f, "tokens"), json_num(qm, "tokens"));
+    ck_assert_str_eq(cJSON_GetObjectItem(f, "peak_kind")->valuestring, "FP32");
+    ck_assert_str_eq(cJSON_GetObjectItem(qm, "peak_kind")->valuestring, "int8");
+    for (int i = 0; i < 2; i++) {
+        const cJSON *m = cJSON_GetArrayItem(o, i);
+        ck_assert(json_num(m, "reviews_per_s") > 0);
+        /* at least the per-token products of every token */
+        ck_assert(json_num(m, "gops") * 1e9 * json_num(m, "seconds") >=
+                  json_num(m, "tokens") * 8.0 * 16 * 16);
+        const cJSON *peak = cJSON_GetObjectItem(m, "peak_gops");
+        if (cJSON_IsNumber(peak))
+            ck_assert_double_eq_tol(json_num(m, "peak_share"),
+                                    json_num(m, "gops") / peak->valuedouble, 1e-9);
+    }
+    if (cJSON_IsNumber(cJSON_GetObjectItem(f, "peak_gops")))
+        ck_assert_double_eq_tol(json_num(qm, "peak_gops"), 4 * json_num(f, "peak_gops"), 1e-6);
+    cJSON_Delete(o);
+    result_free(&r);
+    nftw(qdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ fixture */
 
 /* Trains the tiny model the tests use (once per run of this suite), into a
@@ -1225,6 +1268,7 @@ int main(void)
         tcase_add_test(tc, test_predict_interactive);
         tcase_add_test(tc, test_predict_closed_stdout);
         tcase_add_test(tc, test_predict_starts_once);
+        tcase_add_test(tc, test_bench_models);
     }
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

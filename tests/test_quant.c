@@ -19,6 +19,7 @@
 #include "attnctl/quant_io.h"
 #include "attnctl/rng.h"
 #include "attnctl/train.h"
+#include "../src/nn/simd.h"
 
 #define SAMPLE_TRAIN "data/sample_train.csv"
 #define SAMPLE_TEST "data/sample_test.csv"
@@ -436,6 +437,85 @@ START_TEST(test_qlinear)
     int8_t q[4] = {0};
     float sc[1] = {1};
     ck_assert_int_ne(ac_qlinear_init(&l, q, sc, 1, AC_QLINEAR_MAX_IN + 1), 0);
+}
+END_TEST
+
+/* The softmax exponential of quantized models: within 3e-6 (relative) of
+ * exp2 over the whole range it serves, and of expf within 5e-6 where the
+ * argument is x log2 e; below -125 it is 2^-125 (within 3e-6), never zero. */
+START_TEST(test_exp2_approx)
+{
+    double worst = 0.0, worst_e = 0.0;
+    for (int i = 0; i + VF_LANES <= 125 * 4096 + 1; i += VF_LANES) { /* y from 0 to -125 */
+        vf16 y;
+        for (int k = 0; k < VF_LANES; k++)
+            y[k] = -(float)(i + k) / 4096.0f;
+        vf16 e = vf_exp2_nonpositive_approx(y);
+        for (int k = 0; k < VF_LANES; k++) {
+            double rel = fabs((double)e[k] / exp2((double)y[k]) - 1.0);
+            worst = rel > worst ? rel : worst;
+        }
+    }
+    ck_assert_msg(worst < 3e-6, "relative error %g", worst);
+    for (int i = 0; i <= 20 * 4096; i += VF_LANES) {
+        vf16 x;
+        for (int k = 0; k < VF_LANES; k++)
+            x[k] = -(float)(i + k) / 4096.0f;
+        vf16 e = vf_exp2_nonpositive_approx(x * 1.44269504088896341f);
+        for (int k = 0; k < VF_LANES; k++) {
+            double rel = fabs((double)e[k] / (double)expf(x[k]) - 1.0);
+            worst_e = rel > worst_e ? rel : worst_e;
+        }
+    }
+    ck_assert_msg(worst_e < 5e-6, "relative error against expf %g", worst_e);
+    vf16 e = vf_exp2_nonpositive_approx(vf_splat(-1000.0f));
+    for (int k = 0; k < VF_LANES; k++)
+        ck_assert_float_eq_tol(e[k], 0x1p-125f, 3e-6f * 0x1p-125f);
+}
+END_TEST
+
+/* LayerNorm with sums in lanes (quantized models): within 1e-5 of
+ * layernorm_forward, its mean and 1 / std as well; the same bits at 1 and 2
+ * threads; a d that is not a multiple of 16 gives layernorm_forward's bits. */
+START_TEST(test_layernorm_lanes)
+{
+    enum { N = 300 };
+    const int dims[2] = {64, 24};
+    for (int di = 0; di < 2; di++) {
+        const int d = dims[di];
+        float *x = malloc(sizeof(float) * N * d), *w = malloc(sizeof(float) * d),
+              *b = malloc(sizeof(float) * d), *ref = malloc(sizeof(float) * N * d),
+              *a1 = malloc(sizeof(float) * N * d), *a2 = malloc(sizeof(float) * N * d);
+        float mr[N], sr[N], m1[N], s1[N], m2[N], s2[N];
+        for (int i = 0; i < N * d; i++) /* rows with a large mean, as residual sums have */
+            x[i] = 3.0f + 2.0f * ac_rng_normal(5, (uint64_t)i);
+        for (int i = 0; i < d; i++) {
+            w[i] = 1.0f + 0.1f * ac_rng_normal(6, (uint64_t)i);
+            b[i] = 0.1f * ac_rng_normal(7, (uint64_t)i);
+        }
+        layernorm_forward(ref, mr, sr, x, w, b, N, d, 1e-6f);
+        int before = omp_get_max_threads();
+        omp_set_num_threads(1);
+        layernorm_forward_lanes(a1, m1, s1, x, w, b, N, d, 1e-6f);
+        omp_set_num_threads(2);
+        layernorm_forward_lanes(a2, m2, s2, x, w, b, N, d, 1e-6f);
+        omp_set_num_threads(before);
+        ck_assert_int_eq(memcmp(a1, a2, sizeof(float) * N * d), 0);
+        for (int i = 0; i < N * d; i++)
+            ck_assert_float_eq_tol(a1[i], ref[i], 1e-5f);
+        for (int n = 0; n < N; n++) {
+            ck_assert_float_eq_tol(m1[n], mr[n], 1e-5f);
+            ck_assert_float_eq_tol(s1[n], sr[n], 1e-5f * sr[n]);
+        }
+        if (d % 16 != 0)
+            ck_assert_int_eq(memcmp(a1, ref, sizeof(float) * N * d), 0);
+        free(x);
+        free(w);
+        free(b);
+        free(ref);
+        free(a1);
+        free(a2);
+    }
 }
 END_TEST
 
@@ -943,6 +1023,8 @@ static Suite *quant_suite(void)
     tcase_add_test(tc, test_qb_rows_round_trip);
     tcase_add_test(tc, test_qlinear);
     tcase_add_test(tc, test_attention_int8);
+    tcase_add_test(tc, test_exp2_approx);
+    tcase_add_test(tc, test_layernorm_lanes);
     tcase_add_test(tc, test_agrees_with_fp32);
     tcase_add_test(tc, test_same_bits_lazy_and_threads);
     tcase_add_test(tc, test_round_trip);

@@ -112,6 +112,10 @@ void layernorm_forward(float *out, float *mean, float *rstd, const float *in, co
                        const float *b, int N, int d, float eps);
 void layernorm_backward(float *din, float *dw, float *db, const float *dout, const float *in,
                         const float *w, const float *mean, const float *rstd, int N, int d);
+/* The same with sums in 16 lanes and a fixed tree (another rounding, faster):
+ * for quantized models' inference; training and FP32 models use the above. */
+void layernorm_forward_lanes(float *out, float *mean, float *rstd, const float *in, const float *w,
+                             const float *b, int N, int d, float eps);
 
 /* ---- residual: out = a + b ---- */
 void residual_forward(float *out, const float *a, const float *b, size_t n);

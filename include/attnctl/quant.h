@@ -174,6 +174,7 @@ typedef struct {
     const uint8_t *embed_q;
     const uint8_t *embed_code;
     int embed_rows, embed_cols;
+    uint8_t *embed_done;   /* [embed_rows] 1 once the row is in embed.weight */
     void *mapping;         /* the model file these point into (unmapped by ac_quant_free) */
     size_t mapping_len;
     void *owned;           /* or a malloc'd copy of it (freed by ac_quant_free) */

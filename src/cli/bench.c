@@ -54,8 +54,11 @@ static const char BENCH_USAGE[] =
     "  --data FILE          also time the text pipeline on this CSV[.gz]\n"
     "  --model DIR          instead: the inference speed of this trained (or quantized)\n"
     "                       model on the reviews of --data, as eval and predict run them\n"
-    "                       (reviews/s, tokens/s); repeat it to compare models on the\n"
-    "                       same reviews, e.g. a model and its quantized copy\n"
+    "                       (reviews/s, tokens/s, GOP/s of the matrix products as\n"
+    "                       counted above and their share of the FP32 peak, or of the\n"
+    "                       int8 peak, 4x, for a quantized model's int8 layers); repeat\n"
+    "                       it to compare models on the same reviews, e.g. a model and\n"
+    "                       its quantized copy\n"
     "  --json               print one JSON object\n"
     "  --help               show this help\n";
 
@@ -129,16 +132,8 @@ static int parse_bench_options(int argc, char **argv, bench_options *o)
 
 /* --------------------------------------------------------------- the machine */
 
-typedef struct {
-    int cores;
-    double ghz;
-    int lanes;         /* FP32 lanes of the widest FMA */
-    const char *isa;
-    double gflops;     /* 0 when the clock is unknown */
-    char how[256];
-} machine_peak;
 
-static int cpu_has_flag(const char *flag)
+int cli_cpu_has_flag(const char *flag)
 {
     FILE *f = fopen("/proc/cpuinfo", "r");
     if (!f)
@@ -160,7 +155,7 @@ static int cpu_has_flag(const char *flag)
     return found;
 }
 
-static void find_machine_peak(machine_peak *mp)
+void cli_machine_peak(machine_peak *mp)
 {
     memset(mp, 0, sizeof *mp);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -190,10 +185,10 @@ static void find_machine_peak(machine_peak *mp)
             clock_source = "highest 'cpu MHz' in /proc/cpuinfo";
         }
     }
-    if (cpu_has_flag("avx512f")) {
+    if (cli_cpu_has_flag("avx512f")) {
         mp->lanes = 16;
         mp->isa = "AVX-512";
-    } else if (cpu_has_flag("fma")) {
+    } else if (cli_cpu_has_flag("fma")) {
         mp->lanes = 8;
         mp->isa = "AVX2 FMA";
     } else {
@@ -584,7 +579,7 @@ int cmd_bench(int argc, char **argv)
     r.T = cfg.model.max_len;
     r.threads = omp_get_max_threads();
     r.flops_fwd = flops_per_token_forward(&cfg.model, r.T);
-    find_machine_peak(&r.peak);
+    cli_machine_peak(&r.peak);
     rc = CLI_EXIT_RUNTIME;
     if (ac_model_config_validate(&cfg.model, &err) != 0) {
         cli_error("%s%s%s", o.config_path ? o.config_path : "", o.config_path ? ": " : "",

@@ -23,7 +23,34 @@ typedef struct {
     int64_t rows, tokens;
     double load_s, seconds;
     const char *kernel;
+    double ops;        /* the products' operations (2 per multiply-add) over all reviews */
+    double peak_gops;  /* of the arithmetic the model's products run in; 0: clock unknown */
+    const char *peak_kind;
 } model_speed;
+
+/* Operations of the matrix products of one review of n tokens, counted as
+ * bench counts them for a batch (attnctl bench --help): per token L (8 d^2 +
+ * 4 d ff), the attention 4 n d a layer, and the classifier. */
+static double review_ops(const ac_model_config *c, int64_t n)
+{
+    const double d = c->d_model, ff = c->d_ff, L = c->n_layers;
+    return (double)n * (L * (8 * d * d + 4 * d * ff) + L * 4 * (double)n * d) +
+           2 * d * c->n_classes;
+}
+
+/* The peak of what the model computes in: FP32 (bench's peak), or for int8
+ * layers 4 int8 multiply-adds a FP32 lane (vpdpbusd, 2 units a core assumed
+ * as for FMA), so 4x the FP32 peak where AVX512-VNNI or AVX-VNNI is there
+ * (a bf16 dot product, vdpbf16ps, would be 2x; attnctl has no bf16 kernel). */
+static void model_peak(model_speed *r, const machine_peak *mp)
+{
+    /* the cores the threads can use */
+    const int threads = omp_get_max_threads();
+    const double used = (double)(threads < mp->cores ? threads : mp->cores) / mp->cores;
+    const int int8 = r->quantized && strcmp(r->kernel, "f32") != 0;
+    r->peak_gops = mp->gflops * used * (int8 ? 4.0 : 1.0);
+    r->peak_kind = int8 ? "int8" : "FP32";
+}
 
 static double file_mb(const char *dir)
 {
@@ -69,8 +96,10 @@ static int measure_model(model_speed *r, const char *dir, const char *data_path,
                 goto done;
             if (pass == 1) {
                 r->rows += batch.B;
-                for (int i = 0; i < batch.B; i++)
+                for (int i = 0; i < batch.B; i++) {
                     r->tokens += batch.lengths[i];
+                    r->ops += review_ops(&s.md.model.cfg, batch.lengths[i]);
+                }
             }
         }
         r->seconds = ac_now_s() - start;
@@ -90,9 +119,13 @@ int cli_bench_models(const char *const *dirs, int n, const char *data_path, int 
         return cli_usage_error("bench", "--model needs --data FILE.csv (the reviews to run)");
     model_speed r[CLI_BENCH_MAX_MODELS] = {{0}};
     ac_err err = {{0}};
-    for (int i = 0; i < n; i++)
+    machine_peak mp;
+    cli_machine_peak(&mp);
+    for (int i = 0; i < n; i++) {
         if (measure_model(&r[i], dirs[i], data_path, &err) != 0)
             return cli_error("%s", err.msg);
+        model_peak(&r[i], &mp);
+    }
     if (json) {
         cJSON *arr = cJSON_CreateArray();
         for (int i = 0; arr && i < n; i++) {
@@ -107,6 +140,16 @@ int cli_bench_models(const char *const *dirs, int n, const char *data_path, int 
             cJSON_AddNumberToObject(o, "seconds", r[i].seconds);
             cJSON_AddNumberToObject(o, "reviews_per_s", (double)r[i].rows / r[i].seconds);
             cJSON_AddNumberToObject(o, "tokens_per_s", (double)r[i].tokens / r[i].seconds);
+            const double gops = r[i].ops / r[i].seconds / 1e9;
+            cJSON_AddNumberToObject(o, "gops", gops);
+            cJSON_AddStringToObject(o, "peak_kind", r[i].peak_kind);
+            if (r[i].peak_gops > 0) {
+                cJSON_AddNumberToObject(o, "peak_gops", r[i].peak_gops);
+                cJSON_AddNumberToObject(o, "peak_share", gops / r[i].peak_gops);
+            } else {
+                cJSON_AddNullToObject(o, "peak_gops");
+                cJSON_AddNullToObject(o, "peak_share");
+            }
             cJSON_AddItemToArray(arr, o);
         }
         char *text = arr ? cJSON_Print(arr) : NULL;
@@ -125,6 +168,20 @@ int cli_bench_models(const char *const *dirs, int n, const char *data_path, int 
                r[i].dir, r[i].quantized ? "quantized" : "F32", r[i].file_mb, r[i].kernel,
                (double)r[i].rows / r[i].seconds, (double)r[i].tokens / r[i].seconds, r[i].seconds,
                1e3 * r[i].load_s);
+    for (int i = 0; i < n; i++) {
+        const double gops = r[i].ops / r[i].seconds / 1e9;
+        if (r[i].peak_gops > 0)
+            printf("products   %s: %.1f GOP/s, %.2f%% of the %s peak (%.0f GOP/s on the threads' "
+                   "cores)\n",
+                   r[i].dir,
+                   gops, 100 * gops / r[i].peak_gops, r[i].peak_kind, r[i].peak_gops);
+        else
+            printf("products   %s: %.1f GOP/s (%s peak unknown: no CPU clock)\n", r[i].dir, gops,
+                   r[i].peak_kind);
+    }
+    if (mp.gflops > 0)
+        printf("peak       FP32 %.1f GFLOP/s = %s; int8 4x that (4 multiply-adds a lane)\n",
+               mp.gflops, mp.how);
     for (int i = 1; i < n; i++)
         printf("speed-up   %s against %s: %.2fx\n", r[i].dir, r[0].dir,
                r[0].seconds / r[i].seconds);

@@ -26,6 +26,19 @@ int cmd_predict(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
+/* The machine's FP32 peak (bench): cores x 2 FMA units x lanes x 2 flops x
+ * the highest clock found. */
+typedef struct {
+    int cores;
+    double ghz;
+    int lanes;         /* FP32 lanes of the widest FMA */
+    const char *isa;
+    double gflops;     /* 0 when the clock is unknown */
+    char how[256];
+} machine_peak;
+void cli_machine_peak(machine_peak *mp);
+int cli_cpu_has_flag(const char *flag); /* of the first CPU in /proc/cpuinfo */
+
 /* bench --model: the inference speed of up to CLI_BENCH_MAX_MODELS model
  * directories on the reviews of data_path (src/cli/bench_models.c). */
 #define CLI_BENCH_MAX_MODELS 8

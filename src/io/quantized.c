@@ -336,6 +336,9 @@ static int load_checked(ac_model *m, ac_quant *q, const ac_safetensors *st, cons
                     q->embed_code = scale;
                     q->embed_rows = p->shape[0];
                     q->embed_cols = p->shape[1];
+                    q->embed_done = calloc((size_t)p->shape[0], 1);
+                    if (!q->embed_done)
+                        return ac_err_set(err, "%s: out of memory", path);
                 } else if (pass == 1) {
                     ac_dequant_rows_qb(m->params + p->offset, data, scale, (size_t)p->shape[0],
                                        (size_t)p->shape[1], AC_EMBED_BITS);

@@ -260,6 +260,8 @@ void attention_forward(float *out, float *probs, float *scratch, int slots, cons
 
 /* ------------------------------------------------ int8 scores (quantized models) */
 
+typedef uint8_t vb16 __attribute__((vector_size(16))); /* 16 bytes, for conversions */
+
 /* Rows of x (stride ld, hd values) as int8 with a scale a row (symmetric,
  * max |row| / 127; 0 for a zero row, NaN for a row that is not finite), hd
  * padded to hd4 with zeros; `shift` (128 for the unsigned side of vpdpbusd,
@@ -272,11 +274,8 @@ static void quantize_head_rows(uint8_t *dst, float *scales, const float *x, size
         /* a head of 16: one vector a row, the same operations as below */
         for (int t = 0; t < len; t++) {
             vf16 xv = vf_load(x + (size_t)t * ld), a = vf_select(xv < 0.0f, -xv, xv);
-            vi16 bad = ~(a <= 3.4e38f);
-            int finite = 1;
-            for (int i = 0; i < VF_LANES; i++)
-                finite &= !bad[i];
-            const float max = vf_hmax(a);
+            const int finite = !vi_any(~(a <= 3.4e38f));
+            const float max = vf_hmax_nonan(a);
             if (!finite) { /* NaN scale; no NaN or infinity reaches the conversion */
                 scales[t] = NAN;
                 memset(dst + (size_t)t * hd4, shift, (size_t)hd4);
@@ -286,10 +285,9 @@ static void quantize_head_rows(uint8_t *dst, float *scales, const float *x, size
             const float inv = max > 0.0f ? 127.0f / max : 0.0f;
             vf16 v = (xv * inv + magic) - magic;
             v = vf_min(vf_max(v, vf_splat(-127.0f)), vf_splat(127.0f));
-            vi16 qi = __builtin_convertvector(v, vi16) + shift;
-            uint8_t *o = dst + (size_t)t * hd4;
-            for (int i = 0; i < VF_LANES; i++)
-                o[i] = (uint8_t)qi[i];
+            /* to bytes modulo 256: -127..127 as int8, or 1..255 with the shift */
+            vb16 qb = __builtin_convertvector(__builtin_convertvector(v, vi16) + shift, vb16);
+            memcpy(dst + (size_t)t * hd4, &qb, sizeof qb);
         }
         return;
     }
@@ -318,13 +316,13 @@ static void quantize_head_rows(uint8_t *dst, float *scales, const float *x, size
     }
 }
 
-/* acc[s] = sum_i qu[i] * kq[s][i] for s < len: qu one query row (unsigned,
+/* acc[s] = sum_i qu[i] * kq[s][i] for s < len rounded to 16: qu one query row (unsigned,
  * hd4 bytes), kq the keys as [len rounded to 16 / 16][hd4 / 4][16][4] signed
  * bytes (16 keys x 4 values a 64-byte block). */
 static void scores_c(int32_t *acc, const uint8_t *qu, const int8_t *kq, int len, int hd4)
 {
     const int j4 = hd4 / 4;
-    for (int s = 0; s < len; s++) {
+    for (int s = 0; s < round_up(len, 16); s++) { /* pad keys (zero) too, as scores_vnni */
         const int8_t *blk = kq + (size_t)(s / 16) * j4 * 64 + (s % 16) * 4;
         int32_t sum = 0;
         for (int j = 0; j < j4; j++)
@@ -358,12 +356,24 @@ static void scores_vnni(int32_t *acc, const uint8_t *qu, const int8_t *kq, int l
 }
 #endif
 
-/* One row of attention weights from its integer scores: x[s] = (acc[s] -
- * 128 ksum[s]) sq sk[s], row[s] = exp(scale (x[s] - max x)); returns 1 / the
- * row's sum (the caller normalises). Two passes, 16 lanes at a time, fixed
- * order. A row that is not finite becomes NaN. */
-static float exp_scores(float *row, const int32_t *acc, const int32_t *ksum, const float *sk,
-                        float sq, int len, float scale)
+/* Lane-wise max for rows already checked for NaN separately (one
+ * instruction where AVX-512 is there; vf_max's NaN rule is not needed). */
+static inline vf16 row_max(vf16 a, vf16 b)
+{
+#if defined(__AVX512F__)
+    return (vf16)_mm512_max_ps((__m512)a, (__m512)b);
+#else
+    return vf_max(a, b);
+#endif
+}
+
+/* One row of attention weights from its integer scores, in base 2: y[s] =
+ * (acc[s] - kbias[s]) sq ks[s] (ks = the key's scale x the softmax scale x
+ * log2 e, kbias = 128 x the key's sum), row[s] = 2^(y[s] - max y); returns 1
+ * / the row's sum (the caller normalises). Two passes, 16 lanes at a time,
+ * fixed order. A row that is not finite becomes NaN. */
+static float exp_scores(float *row, const int32_t *acc, const int32_t *kbias, const float *ks,
+                        float sq, int len)
 {
     vf16 vmax = vf_splat(-INFINITY);
     vi16 nan = {0};
@@ -372,41 +382,48 @@ static float exp_scores(float *row, const int32_t *acc, const int32_t *ksum, con
     for (; s + VF_LANES <= len; s += VF_LANES) {
         vi16 a, k;
         memcpy(&a, acc + s, sizeof a);
-        memcpy(&k, ksum + s, sizeof k);
-        vf16 x = __builtin_convertvector(a - 128 * k, vf16) * (vsq * vf_load(sk + s));
+        memcpy(&k, kbias + s, sizeof k);
+        vf16 x = __builtin_convertvector(a - k, vf16) * (vsq * vf_load(ks + s));
         nan |= x != x;
-        vmax = vf_max(vmax, x);
+        vmax = row_max(vmax, x);
         vf_store(row + s, x);
     }
-    float m = vf_hmax(vmax);
-    int bad = 0;
-    for (int i = 0; i < VF_LANES; i++)
-        bad |= nan[i];
-    for (; s < len; s++) {
-        float x = (float)(acc[s] - 128 * ksum[s]) * (sq * sk[s]);
-        bad |= x != x;
-        m = x > m ? x : m;
-        row[s] = x;
+    /* the last len % 16 keys as one vector: the arrays have room up to len
+     * rounded to 16; lanes past len are set aside (-inf, then 0) */
+    const int rest = len - s;
+    vi16 lane_in = {0};
+    vf16 tail = vf_splat(0.0f);
+    if (rest > 0) {
+        vi16 a, k;
+        memcpy(&a, acc + s, sizeof a);
+        memcpy(&k, kbias + s, sizeof k);
+        for (int i = 0; i < VF_LANES; i++)
+            lane_in[i] = i < rest ? -1 : 0;
+        tail = vf_select(lane_in,
+                         __builtin_convertvector(a - k, vf16) * (vsq * vf_load(ks + s)),
+                         vf_splat(-INFINITY));
+        nan |= tail != tail;
+        vmax = row_max(vmax, tail);
     }
-    if (bad || !isfinite(m)) {
+    const float m = vf_hmax_nonan(vmax);
+    if (vi_any(nan) || !isfinite(m)) {
         for (int i = 0; i < len; i++)
             row[i] = NAN;
         return NAN;
     }
-    const vf16 shift = vf_splat(m * scale), vscale = vf_splat(scale);
+    const vf16 shift = vf_splat(m);
     vf16 vsum = vf_splat(0.0f);
     for (s = 0; s + VF_LANES <= len; s += VF_LANES) {
-        vf16 e = vf_exp_nonpositive(vf_load(row + s) * vscale - shift);
+        vf16 e = vf_exp2_nonpositive_approx(vf_load(row + s) - shift);
         vf_store(row + s, e);
         vsum += e;
     }
-    float sum = vf_sum(vsum);
-    for (; s < len; s++) {
-        vf16 e = vf_exp_nonpositive(vf_splat(row[s] * scale - m * scale));
-        row[s] = e[0];
-        sum += e[0];
+    if (rest > 0) {
+        vf16 e = vf_select(lane_in, vf_exp2_nonpositive_approx(tail - shift), vf_splat(0.0f));
+        vsum += e;
+        memcpy(row + s, &e, sizeof(float) * (size_t)rest);
     }
-    return 1.0f / sum;
+    return 1.0f / vf_sum(vsum);
 }
 
 void attention_forward_int8(float *out, float *probs, float *scratch, int slots, const float *q,
@@ -432,20 +449,26 @@ void attention_forward_int8(float *out, float *probs, float *scratch, int slots,
         uint8_t *qu = (uint8_t *)(bytes + (size_t)Tp * hd4);   /* [Tp * hd4] */
         float *sq = (float *)(void *)(bytes + 2 * (size_t)Tp * hd4);
         float *sk = sq + Tp;
-        int32_t *ksum = (int32_t *)(void *)(sk + Tp);
+        int32_t *ksum = (int32_t *)(void *)(sk + Tp); /* 128 x each key's sum */
         int32_t *acc = ksum + Tp;
         pack_rows(vp, v + item * ld + col, (size_t)ld, len, hd, hdp);
         /* keys: int8 rows, then regrouped 16 keys x 4 values a block; pad keys are zero */
         quantize_head_rows(qu, sk, k + item * ld + col, (size_t)ld, len, hd, hd4, 0);
         memset(kq, 0, (size_t)Tp * hd4);
         for (int s = 0; s < len; s++) {
+            const int8_t *row = (const int8_t *)qu + (size_t)s * hd4;
             int32_t sum = 0;
-            for (int i = 0; i < hd4; i++) {
-                int8_t x = (int8_t)qu[(size_t)s * hd4 + i];
-                kq[(size_t)(s / 16) * hd4 * 16 + (size_t)(i / 4) * 64 + (s % 16) * 4 + i % 4] = x;
-                sum += x;
-            }
-            ksum[s] = sum;
+            for (int i = 0; i < hd4; i++)
+                sum += row[i];
+            for (int i = 0; i < hd4; i += 4)
+                memcpy(kq + (size_t)(s / 16) * hd4 * 16 + (size_t)(i / 4) * 64 + (s % 16) * 4,
+                       row + i, 4);
+            ksum[s] = 128 * sum;
+            sk[s] *= scale * 1.44269504088896341f; /* softmax scale, and base 2 */
+        }
+        for (int s = len; s < round_up(len, VF_LANES); s++) { /* read by exp_scores' last vector */
+            ksum[s] = 0;
+            sk[s] = 0.0f;
         }
         quantize_head_rows(qu, sq, q + item * ld + col, (size_t)ld, len, hd, hd4, 128);
         float *inv_sum = (float *)(void *)(acc + Tp); /* [Tp] */
@@ -455,7 +478,7 @@ void attention_forward_int8(float *out, float *probs, float *scratch, int slots,
             else
                 scores_c(acc, qu + (size_t)t * hd4, kq, len, hd4);
             /* the same code after either kernel: the same bits */
-            inv_sum[t] = exp_scores(pb + (size_t)t * T, acc, ksum, sk, sq[t], len, scale);
+            inv_sum[t] = exp_scores(pb + (size_t)t * T, acc, ksum, sk, sq[t], len);
         }
         if (probs) {
             for (int t = 0; t < len; t++)

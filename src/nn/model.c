@@ -711,7 +711,11 @@ static void encoder_from_embed_sum(ac_model *m, const int32_t *ids, const int32_
     const float scale = 1.0f / sqrtf((float)(d / H));
     double t = *t_clock;
 
-    layernorm_forward(a->embed_ln, a->embed_mean, a->embed_rstd, a->embed_sum, m->p.embed_norm_w,
+    /* quantized models: the faster LayerNorm (another rounding) */
+    void (*const layernorm)(float *, float *, float *, const float *, const float *,
+                            const float *, int, int, float) =
+        m->quant ? layernorm_forward_lanes : layernorm_forward;
+    layernorm(a->embed_ln, a->embed_mean, a->embed_rstd, a->embed_sum, m->p.embed_norm_w,
                       m->p.embed_norm_b, N, d, c->ln_eps);
     if (drop)
         dropout_forward(a->embed_out, a->embed_mask, a->embed_ln, p, Nd,
@@ -743,7 +747,7 @@ static void encoder_from_embed_sum(ac_model *m, const int32_t *ids, const int32_
         } else {
             residual_forward(a->res1[l], x, a->attn_proj[l], Nd);
         }
-        layernorm_forward(a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], a->res1[l], w->ln1_w,
+        layernorm(a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], a->res1[l], w->ln1_w,
                           w->ln1_b, N, d, c->ln_eps);
         prof_lap(m, &t, m->profile.forward, AC_PART_ADD_NORM);
         layer_linear(m, l, AC_QL_FC1, a->fc1[l], a->ln1[l], w->fc1_w, w->fc1_b, N, d, ff);
@@ -757,7 +761,7 @@ static void encoder_from_embed_sum(ac_model *m, const int32_t *ids, const int32_
         } else {
             residual_forward(a->res2[l], a->ln1[l], a->fc2[l], Nd);
         }
-        layernorm_forward(a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], a->res2[l], w->ln2_w,
+        layernorm(a->ln2[l], a->ln2_mean[l], a->ln2_rstd[l], a->res2[l], w->ln2_w,
                           w->ln2_b, N, d, c->ln_eps);
         prof_lap(m, &t, m->profile.forward, AC_PART_ADD_NORM);
     }

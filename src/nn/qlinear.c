@@ -83,6 +83,8 @@ void ac_qlinear_free(ac_qlinear *l)
     memset(l, 0, sizeof *l);
 }
 
+typedef uint8_t vb16 __attribute__((vector_size(16)));
+
 /* Row x as unsigned bytes q + 128 (q = round(x / s), s = max |x| / 127),
  * zero-padded (128) to in_pad; its scale in *s (0 for a zero row, NaN when
  * the row is not finite). Plain loops without library calls, so that the
@@ -100,10 +102,8 @@ static void quantize_row(uint8_t *xq, float *s, const float *x, int in_dim, int 
         bad |= ~(a <= FLT_MAX);
         vmax = vf_max(vmax, a);
     }
-    float max = vf_hmax(vmax);
-    int finite = 1;
-    for (int i = 0; i < VF_LANES; i++)
-        finite &= !bad[i];
+    float max = vf_hmax_nonan(vmax);
+    int finite = !vi_any(bad);
     for (; at < in_dim; at++) {
         const float a = fabsf(x[at]);
         max = a > max ? a : max;
@@ -118,7 +118,14 @@ static void quantize_row(uint8_t *xq, float *s, const float *x, int in_dim, int 
     }
     *s = max / 127.0f;
     const float inv = max > 0.0f ? 127.0f / max : 0.0f, magic = 12582912.0f;
-    for (int k = 0; k < in_dim; k++) {
+    int k = 0;
+    for (; k + VF_LANES <= in_dim; k += VF_LANES) {
+        vf16 v = (vf_load(x + k) * inv + magic) - magic;
+        v = vf_min(vf_max(v, vf_splat(-127.0f)), vf_splat(127.0f));
+        vb16 qb = __builtin_convertvector(__builtin_convertvector(v, vi16) + 128, vb16);
+        memcpy(xq + k, &qb, sizeof qb);
+    }
+    for (; k < in_dim; k++) {
         float v = (x[k] * inv + magic) - magic;
         v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
         xq[k] = (uint8_t)((int)v + 128);
@@ -228,7 +235,17 @@ void ac_qlinear_forward(float *out, const float *in, const ac_qlinear *l, const 
             const int cols = l->out_dim - o0 < ncols ? l->out_dim - o0 : ncols;
             for (int r = 0; r < R; r++) {
                 float *o = out + (size_t)(r0 + r) * l->out_dim + o0;
-                for (int c = 0; c < cols; c++) {
+                const vf16 vsx = vf_splat(sx[r]);
+                int c = 0;
+                for (; c + VF_LANES <= cols; c += VF_LANES) { /* the loop below, 16 at a time */
+                    vi16 a, ws;
+                    memcpy(&a, &acc[r][c], sizeof a);
+                    memcpy(&ws, l->wsum + o0 + c, sizeof ws);
+                    vf16 v = __builtin_convertvector(a - 128 * ws, vf16) *
+                             (vsx * vf_load(l->scale + o0 + c));
+                    vf_store(o + c, bias ? v + vf_load(bias + o0 + c) : v);
+                }
+                for (; c < cols; c++) {
                     const int32_t dot = acc[r][c] - 128 * l->wsum[o0 + c];
                     float v = (float)dot * (sx[r] * l->scale[o0 + c]);
                     o[c] = bias ? v + bias[o0 + c] : v;

@@ -313,6 +313,7 @@ void ac_quant_free(ac_quant *q)
         for (int k = 0; k < AC_QL_PER_LAYER; k++)
             ac_qlinear_free(&q->linear[l][k]);
     free(q->linear);
+    free(q->embed_done);
     if (q->mapping)
         munmap(q->mapping, q->mapping_len);
     free(q->owned);
@@ -323,12 +324,15 @@ void ac_quant_free(ac_quant *q)
 
 void ac_model_quant_embed_rows(ac_model *m, const int32_t *ids, size_t n)
 {
-    const ac_quant *q = m->quant;
+    ac_quant *q = m->quant;
     if (!q || !q->embed_q)
         return;
     const size_t d = (size_t)q->embed_cols;
     for (size_t i = 0; i < n; i++) {
         const size_t r = (size_t)ids[i];
+        if (q->embed_done[r]) /* each row once: a batch repeats many ids */
+            continue;
+        q->embed_done[r] = 1;
         ac_dequant_rows_qb(m->p.embed_w + r * d, q->embed_q + r * ac_qb_bytes(d, AC_EMBED_BITS),
                            q->embed_code + r, 1, d, AC_EMBED_BITS);
     }
@@ -344,6 +348,8 @@ void ac_model_quant_materialize(ac_model *m)
                            (size_t)q->embed_cols, AC_EMBED_BITS);
         q->embed_q = NULL;
         q->embed_code = NULL;
+        free(q->embed_done);
+        q->embed_done = NULL;
     }
     if (q->wide.present && m->p.wide_w)
         ac_wide_sparse_to_dense(m->p.wide_w, &q->wide);

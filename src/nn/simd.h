@@ -7,6 +7,9 @@
 
 #include <stdint.h>
 #include <string.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #define VF_LANES 16
 typedef float vf16 __attribute__((vector_size(64)));
@@ -57,6 +60,31 @@ static inline float vf_hmax(vf16 v)
     return m;
 }
 
+/* The largest lane, for lanes known not to be NaN (the caller checks them):
+ * one AVX-512 reduction where there is one. Ties of +0 and -0 may give
+ * either zero. */
+static inline float vf_hmax_nonan(vf16 v)
+{
+#if defined(__AVX512F__)
+    return _mm512_reduce_max_ps((__m512)v);
+#else
+    return vf_hmax(v);
+#endif
+}
+
+/* Whether any lane of a mask (lanes 0 or -1) is set. */
+static inline int vi_any(vi16 m)
+{
+#if defined(__AVX512F__)
+    return _mm512_test_epi32_mask((__m512i)m, (__m512i)m) != 0;
+#else
+    int any = 0;
+    for (int i = 0; i < VF_LANES; i++)
+        any |= m[i] != 0;
+    return any;
+#endif
+}
+
 /* exp(x) for x <= 0 (what a softmax needs), relative error about 2e-7;
  * x < -86 gives exactly 0. NaN lanes give unspecified values: callers check.
  * x = n ln2 + r with |r| <= ln2/2 (Cody-Waite split of ln2), e^r by the
@@ -82,6 +110,26 @@ static inline vf16 vf_exp_nonpositive(vf16 x)
      * the exponent field stays in the normal range. Other lanes are zeroed. */
     vu16 bits = (vu16)p + (n << 23);
     return (vf16)(~(vu16)underflow & bits);
+}
+
+/* 2^y for y <= 0, for the softmax of quantized models: relative error below
+ * 3e-6 (a degree-4 polynomial for 2^f, |f| <= 1/2, fitted to the relative
+ * error) and about half the work of vf_exp_nonpositive. y below -125 counts
+ * as -125 (2^-125, still a normal float: the exponent bits are added without
+ * a check), so a row's sum is never zero. NaN lanes give unspecified values:
+ * callers check. */
+static inline vf16 vf_exp2_nonpositive_approx(vf16 y)
+{
+    const float round_magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+    y = vf_max(y, vf_splat(-125.0f));
+    vf16 t = y + round_magic;
+    vu16 n = (vu16)t - (vu16)vf_splat(round_magic);
+    vf16 f = y - (t - round_magic);
+    vf16 p = 0.009570102207362652f * f + 0.05591786280274391f;
+    p = p * f + 0.240247443318367f;
+    p = p * f + 0.6931217908859253f;
+    p = p * f + 0.9999992847442627f;
+    return (vf16)((vu16)p + (n << 23));
 }
 
 #endif
