@@ -23,20 +23,6 @@
 
 #define TINY_CSV "tests/data/train_tiny.csv"
 
-static char *make_temp_dir(void)
-{
-    char *tmpl = strdup("/tmp/attnctl_test_autotune_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(tmpl));
-    return tmpl;
-}
-
-static char *join(const char *a, const char *b)
-{
-    char *p = NULL;
-    ck_assert_int_ge(asprintf(&p, "%s/%s", a, b), 0);
-    return p;
-}
-
 static void tiny_config(ac_config *c)
 {
     ac_config_defaults(c);
@@ -168,7 +154,7 @@ START_TEST(test_steps_budget_is_deterministic)
     read_tiny(&raw);
     ac_config cfg;
     tiny_config(&cfg);
-    char *dir = make_temp_dir(), *a = join(dir, "a"), *b = join(dir, "b");
+    char *dir = test_temp_dir("autotune"), *a = test_path(dir, "a"), *b = test_path(dir, "b");
     watcher w1 = {0}, w2 = {0};
     ac_autotune_result r1, r2;
     ac_err err = {{0}};
@@ -183,7 +169,7 @@ START_TEST(test_steps_budget_is_deterministic)
     ck_assert_int_eq(w1.n_done, r1.n_trials);
     ck_assert(r1.best_val_accuracy == r2.best_val_accuracy);
 
-    char *ma = join(a, "model.safetensors"), *mb = join(b, "model.safetensors");
+    char *ma = test_path(a, "model.safetensors"), *mb = test_path(b, "model.safetensors");
     size_t na, nb;
     unsigned char *ba = read_all(ma, &na), *bb = read_all(mb, &nb);
     ck_assert_uint_eq(na, nb);
@@ -202,7 +188,7 @@ START_TEST(test_steps_budget_is_deterministic)
     ck_assert(fabs(saved.model.dropout - r1.best.v[AC_TUNE_DROPOUT]) < 1e-7);
     ck_assert(fabs(saved.provenance.best_val_accuracy - r1.best_val_accuracy) < 1e-9);
     ac_config_free(&saved);
-    char *tj = join(a, AC_AUTOTUNE_FILE);
+    char *tj = test_path(a, AC_AUTOTUNE_FILE);
     size_t nj;
     char *json = (char *)read_all(tj, &nj);
     cJSON *root = cJSON_Parse(json);
@@ -220,7 +206,7 @@ START_TEST(test_steps_budget_is_deterministic)
     cJSON_Delete(root);
 
     /* A search is not resumable: no checkpoint; nothing beside a and b. */
-    char *ckpt = join(a, AC_CHECKPOINT_SUBDIR);
+    char *ckpt = test_path(a, AC_CHECKPOINT_SUBDIR);
     ck_assert_int_ne(access(ckpt, F_OK), 0);
     ck_assert_int_eq(count_entries(dir), 2);
 
@@ -247,7 +233,7 @@ START_TEST(test_small_budget_trains_trial_1)
     read_tiny(&raw);
     ac_config cfg;
     tiny_config(&cfg);
-    char *dir = make_temp_dir(), *a = join(dir, "a");
+    char *dir = test_temp_dir("autotune"), *a = test_path(dir, "a");
     watcher w = {0};
     ac_autotune_result r;
     ac_err err = {{0}};
@@ -258,7 +244,7 @@ START_TEST(test_small_budget_trains_trial_1)
     ck_assert_int_eq(r.model_saved, 1);
     ck_assert_int_gt(r.steps, 1);
     ck_assert(r.best.v[AC_TUNE_EPOCHS] == 2);
-    char *model = join(a, "model.safetensors");
+    char *model = test_path(a, "model.safetensors");
     ck_assert_int_eq(access(model, F_OK), 0);
 
     /* --out must be new or empty: it now holds a model. */
@@ -283,7 +269,7 @@ START_TEST(test_stop_keeps_the_best_so_far)
     read_tiny(&raw);
     ac_config cfg;
     tiny_config(&cfg);
-    char *dir = make_temp_dir(), *a = join(dir, "a"), *b = join(dir, "b");
+    char *dir = test_temp_dir("autotune"), *a = test_path(dir, "a"), *b = test_path(dir, "b");
     watcher w = {.stop_in_trial = 1};
     ac_autotune_result r;
     ac_err err = {{0}};
@@ -300,7 +286,7 @@ START_TEST(test_stop_keeps_the_best_so_far)
     ck_assert_int_eq(r.best_trial, 1);
     ck_assert_int_eq(r.n_trials, 2);
     ck_assert_int_eq(r.end, AC_AUTOTUNE_INTERRUPTED);
-    char *model = join(b, "model.safetensors"), *tj = join(b, AC_AUTOTUNE_FILE);
+    char *model = test_path(b, "model.safetensors"), *tj = test_path(b, AC_AUTOTUNE_FILE);
     ck_assert_int_eq(access(model, F_OK), 0);
     ck_assert_int_eq(access(tj, F_OK), 0);
     ck_assert_int_eq(count_entries(dir), 1);
@@ -328,7 +314,7 @@ START_TEST(test_cli)
         printf("SKIP test_cli: no attnctl binary\n");
         return;
     }
-    char *dir = make_temp_dir(), *out = join(dir, "m"), *cmd = NULL, *err = NULL;
+    char *dir = test_temp_dir("autotune"), *out = test_path(dir, "m"), *cmd = NULL, *err = NULL;
     /* Bad budgets and options that cannot go with it: a usage error, no files. */
     static const char *const bad[][2] = {
         {"--autotune 5", "--autotune: invalid value '5' (expected a duration such as 90s"},
@@ -361,7 +347,7 @@ START_TEST(test_cli)
     ck_assert_msg(!strstr(err, "--epochs 4") && !strstr(err, "--members 3"), "%s", err);
     free(cmd);
     free(err);
-    char *tj = join(out, AC_AUTOTUNE_FILE);
+    char *tj = test_path(out, AC_AUTOTUNE_FILE);
     ck_assert_int_eq(access(tj, F_OK), 0);
     free(tj);
 
@@ -392,7 +378,7 @@ START_TEST(test_cli_sigint)
         printf("SKIP test_cli_sigint: no attnctl binary\n");
         return;
     }
-    char *dir = make_temp_dir(), *out = join(dir, "m");
+    char *dir = test_temp_dir("autotune"), *out = test_path(dir, "m");
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
@@ -419,7 +405,7 @@ START_TEST(test_cli_sigint)
     int n = count_entries(dir);
     ck_assert_int_le(n, 1);
     if (n == 1) {
-        char *model = join(out, "model.safetensors"), *tj = join(out, AC_AUTOTUNE_FILE);
+        char *model = test_path(out, "model.safetensors"), *tj = test_path(out, AC_AUTOTUNE_FILE);
         ck_assert_int_eq(access(model, F_OK), 0);
         ck_assert_int_eq(access(tj, F_OK), 0);
         free(model);

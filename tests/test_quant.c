@@ -21,37 +21,17 @@
 #include "attnctl/train.h"
 #include "../src/nn/simd.h"
 
+#include "test_util.h"
+
 #define SAMPLE_TRAIN "data/sample_train.csv"
 #define SAMPLE_TEST "data/sample_test.csv"
 
 /* ------------------------------------------------------------------ helpers */
 
-static int remove_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
-static char *make_temp_dir(void)
-{
-    char *d = strdup("/tmp/attnctl-test-quant-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(d));
-    return d;
-}
-
 static void remove_dir(char *d)
 {
-    nftw(d, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    rm_rf(d);
     free(d);
-}
-
-static char *join(const char *a, const char *b)
-{
-    char *p = NULL;
-    ck_assert_int_ge(asprintf(&p, "%s/%s", a, b), 0);
-    return p;
 }
 
 static void read_csv(ac_rawdata *raw, const char *path)
@@ -68,8 +48,8 @@ static char *trained_dir(void)
     static char *dir = NULL;
     if (dir)
         return dir;
-    char *root = make_temp_dir();
-    dir = join(root, "fp32");
+    char *root = test_temp_dir("quant");
+    dir = test_path(root, "fp32");
     free(root);
     ac_config cfg;
     ac_config_defaults(&cfg);
@@ -621,8 +601,8 @@ END_TEST
 
 START_TEST(test_agrees_with_fp32)
 {
-    char *fp32 = trained_dir(), *tmp = make_temp_dir(), *q_all = join(tmp, "all"),
-         *q_few = join(tmp, "few");
+    char *fp32 = trained_dir(), *tmp = test_temp_dir("quant"), *q_all = test_path(tmp, "all"),
+         *q_few = test_path(tmp, "few");
     quantize_ok(fp32, q_all, 1 << 20);
     quantize_ok(fp32, q_few, 50);
     ac_rawdata raw;
@@ -657,7 +637,7 @@ END_TEST
  * at 1 or 2 threads: the same bits. */
 START_TEST(test_same_bits_lazy_and_threads)
 {
-    char *fp32 = trained_dir(), *tmp = make_temp_dir(), *q = join(tmp, "q");
+    char *fp32 = trained_dir(), *tmp = test_temp_dir("quant"), *q = test_path(tmp, "q");
     quantize_ok(fp32, q, 1000);
     ac_rawdata raw;
     read_csv(&raw, SAMPLE_TEST);
@@ -681,7 +661,7 @@ END_TEST
  * is refused, and so is an output directory holding a model. */
 START_TEST(test_round_trip)
 {
-    char *fp32 = trained_dir(), *tmp = make_temp_dir(), *q = join(tmp, "q");
+    char *fp32 = trained_dir(), *tmp = test_temp_dir("quant"), *q = test_path(tmp, "q");
     quantize_ok(fp32, q, 1000);
     ac_model_dir a, b;
     ac_err err = {{0}};
@@ -690,7 +670,7 @@ START_TEST(test_round_trip)
     ck_assert_ptr_null(a.model.quant);
     ck_assert_ptr_nonnull(b.model.quant);
     ck_assert_int_eq((int)a.model.n_params, (int)b.model.n_params);
-    char *path = join(q, "model.safetensors");
+    char *path = test_path(q, "model.safetensors");
     ac_safetensors st;
     ck_assert_msg(ac_st_load(&st, path, &err) == 0, "%s", err.msg);
     for (int i = 0; i < a.model.n_tensors; i++) {
@@ -757,7 +737,7 @@ START_TEST(test_round_trip)
     ac_model_dir_free(&a);
     ac_model_dir_free(&b);
     int kept;
-    char *again = join(tmp, "again");
+    char *again = test_path(tmp, "again");
     ck_assert_int_ne(ac_quantize_model_dir(q, again, 10, 16, 5, NULL, &kept, &err), 0);
     ck_assert_msg(strstr(err.msg, "quantized already") != NULL, "%s", err.msg);
     ck_assert_int_ne(ac_quantize_model_dir(fp32, q, 10, 16, 5, NULL, &kept, &err), 0);
@@ -773,7 +753,7 @@ END_TEST
  * model loaded for inference holds every weight the full load holds. */
 START_TEST(test_attribution_sees_all_weights)
 {
-    char *fp32 = trained_dir(), *tmp = make_temp_dir(), *q = join(tmp, "q");
+    char *fp32 = trained_dir(), *tmp = test_temp_dir("quant"), *q = test_path(tmp, "q");
     quantize_ok(fp32, q, 1000);
     ac_model_dir lazy, full;
     ac_err err = {{0}};
@@ -850,12 +830,12 @@ static size_t data_offset(const char *path, const char *name)
  * the FP32 one's does. */
 START_TEST(test_non_finite_refused)
 {
-    char *fp32 = trained_dir(), *tmp = make_temp_dir(), *bad = join(tmp, "bad"),
-         *q = join(tmp, "q");
+    char *fp32 = trained_dir(), *tmp = test_temp_dir("quant"), *bad = test_path(tmp, "bad"),
+         *q = test_path(tmp, "q");
     ck_assert_int_eq(mkdir(bad, 0755), 0);
     const char *const files[] = {"config.json", "vocab.txt", "model.safetensors"};
     for (int i = 0; i < 3; i++) {
-        char *from = join(fp32, files[i]), *to = join(bad, files[i]);
+        char *from = test_path(fp32, files[i]), *to = test_path(bad, files[i]);
         size_t len;
         unsigned char *data = slurp(from, &len);
         if (i == 2) {
@@ -891,9 +871,9 @@ END_TEST
 
 START_TEST(test_corrupt_files)
 {
-    char *fp32 = trained_dir(), *tmp = make_temp_dir(), *q = join(tmp, "q");
+    char *fp32 = trained_dir(), *tmp = test_temp_dir("quant"), *q = test_path(tmp, "q");
     quantize_ok(fp32, q, 1000);
-    char *model = join(q, "model.safetensors"), *config = join(q, "config.json");
+    char *model = test_path(q, "model.safetensors"), *config = test_path(q, "config.json");
     size_t len, clen;
     unsigned char *orig = slurp(model, &len);
     char *corig = (char *)slurp(config, &clen);
@@ -947,7 +927,7 @@ START_TEST(test_corrupt_files)
     spit(model, orig, len);
 
     /* the FP32 file in a directory that says it is quantized */
-    char *fp32_model = join(fp32, "model.safetensors");
+    char *fp32_model = test_path(fp32, "model.safetensors");
     size_t flen;
     unsigned char *f32 = slurp(fp32_model, &flen);
     spit(model, f32, flen);

@@ -29,20 +29,6 @@
 
 /* ------------------------------------------------------------ helpers */
 
-static char *make_temp_dir(void)
-{
-    char *tmpl = strdup("/tmp/attnctl_test_train_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(tmpl));
-    return tmpl;
-}
-
-static char *join(const char *a, const char *b)
-{
-    char *p = NULL;
-    ck_assert_int_ge(asprintf(&p, "%s/%s", a, b), 0);
-    return p;
-}
-
 static void tiny_config(ac_config *c)
 {
     ac_config_defaults(c);
@@ -209,7 +195,7 @@ typedef struct {
 /* Parses DIR/metrics.jsonl, asserting that every line is a complete record. */
 static void read_metrics(const char *dir, metrics_log *log)
 {
-    char *path = join(dir, AC_METRICS_FILE);
+    char *path = test_path(dir, AC_METRICS_FILE);
     FILE *f = fopen(path, "r");
     ck_assert_msg(f != NULL, "%s missing", path);
     static const char *const keys[] = {"step", "epoch", "train_loss", "val_loss", "val_accuracy",
@@ -307,7 +293,7 @@ START_TEST(test_resume_after_interrupt_is_bitwise)
     ac_config cfg;
     tiny_config(&cfg);
     cfg.training.eval_every = 5;
-    char *a = make_temp_dir(), *b = make_temp_dir();
+    char *a = test_temp_dir("train"), *b = test_temp_dir("train");
     ac_train_result ra, rb;
 
     train_ok(&cfg, &raw, a, 0, 13, 0, &ra);
@@ -322,7 +308,7 @@ START_TEST(test_resume_after_interrupt_is_bitwise)
     ck_assert_int_eq(rb.status, AC_TRAIN_MAX_STEPS);
     ck_assert_int_eq(rb.step, 13);
 
-    char *ca = join(a, AC_CHECKPOINT_SUBDIR), *cb = join(b, AC_CHECKPOINT_SUBDIR);
+    char *ca = test_path(a, AC_CHECKPOINT_SUBDIR), *cb = test_path(b, AC_CHECKPOINT_SUBDIR);
     assert_same_weights(ca, cb, 1);
     assert_same_weights(a, b, 0);
     assert_same_metrics(a, b, 3); /* steps 5, 10, 13 */
@@ -362,19 +348,19 @@ START_TEST(test_resume_finishes_a_save_cut_short)
     ac_config cfg;
     tiny_config(&cfg);
     cfg.training.eval_every = 5;
-    char *a = make_temp_dir(), *b = make_temp_dir(), *c = make_temp_dir();
+    char *a = test_temp_dir("train"), *b = test_temp_dir("train"), *c = test_temp_dir("train");
     ac_train_result ra, rb, rc;
     train_ok(&cfg, &raw, a, 0, 13, 0, &ra);
     train_ok(&cfg, &raw, b, 0, 13, 6, &rb);
     train_ok(&cfg, &raw, c, 0, 13, 9, &rc);
     ck_assert_int_eq(rb.step, 6);
     ck_assert_int_eq(rc.step, 9);
-    char *cb = join(b, AC_CHECKPOINT_SUBDIR), *cc = join(c, AC_CHECKPOINT_SUBDIR);
-    char *state_b = join(cb, "trainer_state.json"), *state_c = join(cc, "trainer_state.json");
-    char *optim_c = join(cc, "optimizer.safetensors"), *model_c = join(cc, "model.safetensors");
-    char *optim_tmp = join(cb, "optimizer.safetensors.tmp.2147483646.0");
-    char *model_tmp = join(cb, "model.safetensors.tmp.2147483646.0");
-    char *ema_c = join(cc, "ema-9.safetensors"), *ema_b = join(cb, "ema-9.safetensors");
+    char *cb = test_path(b, AC_CHECKPOINT_SUBDIR), *cc = test_path(c, AC_CHECKPOINT_SUBDIR);
+    char *state_b = test_path(cb, "trainer_state.json"), *state_c = test_path(cc, "trainer_state.json");
+    char *optim_c = test_path(cc, "optimizer.safetensors"), *model_c = test_path(cc, "model.safetensors");
+    char *optim_tmp = test_path(cb, "optimizer.safetensors.tmp.2147483646.0");
+    char *model_tmp = test_path(cb, "model.safetensors.tmp.2147483646.0");
+    char *ema_c = test_path(cc, "ema-9.safetensors"), *ema_b = test_path(cb, "ema-9.safetensors");
     ck_assert(cfg.training.ema > 0);
     copy_file(ema_c, ema_b); /* the save writes the average first */
     copy_file(state_c, state_b); /* renamed */
@@ -382,7 +368,7 @@ START_TEST(test_resume_finishes_a_save_cut_short)
     copy_file(model_c, model_tmp);
 
     /* without the temp files: a clear refusal */
-    char *hidden = join(b, "hidden");
+    char *hidden = test_path(b, "hidden");
     ck_assert_int_eq(rename(model_tmp, hidden), 0);
     watcher w;
     ac_err err = {{0}};
@@ -398,7 +384,7 @@ START_TEST(test_resume_finishes_a_save_cut_short)
     ck_assert_int_eq(rb.step, 13);
     ck_assert_int_ne(access(optim_tmp, F_OK), 0);
     ck_assert_int_ne(access(model_tmp, F_OK), 0);
-    char *ca = join(a, AC_CHECKPOINT_SUBDIR);
+    char *ca = test_path(a, AC_CHECKPOINT_SUBDIR);
     assert_same_weights(ca, cb, 1);
     assert_same_weights(a, b, 0);
 
@@ -439,7 +425,7 @@ START_TEST(test_resume_after_max_steps_is_bitwise)
      * stops, so only with the same evaluations can the best-model records
      * (best step, best accuracy) agree too. */
     cfg.training.eval_every = 1;
-    char *a = make_temp_dir(), *b = make_temp_dir();
+    char *a = test_temp_dir("train"), *b = test_temp_dir("train");
     ac_train_result ra, rb;
     train_ok(&cfg, &raw, a, 0, 0, 0, &ra);
     ck_assert_int_eq(ra.status, AC_TRAIN_FINISHED);
@@ -454,7 +440,7 @@ START_TEST(test_resume_after_max_steps_is_bitwise)
     ck_assert_int_eq(rb.step, 24);
     ck_assert_int_eq(rb.epoch, 3);
 
-    char *ca = join(a, AC_CHECKPOINT_SUBDIR), *cb = join(b, AC_CHECKPOINT_SUBDIR);
+    char *ca = test_path(a, AC_CHECKPOINT_SUBDIR), *cb = test_path(b, AC_CHECKPOINT_SUBDIR);
     assert_same_weights(ca, cb, 1);
     /* A finished run resumed does nothing more. */
     train_ok(&cfg, &raw, b, 1, 0, 0, &rb);
@@ -604,16 +590,16 @@ START_TEST(test_ema_resume_is_bitwise)
     cfg.training.ema = 0.9f;
     cfg.training.eval_every = 5;
     ck_assert(ac_model_has_ngrams(&cfg.model)); /* lazily averaged rows */
-    char *a = make_temp_dir(), *b = make_temp_dir();
+    char *a = test_temp_dir("train"), *b = test_temp_dir("train");
     ac_train_result ra, rb;
     train_ok(&cfg, &raw, a, 0, 0, 0, &ra);
     train_ok(&cfg, &raw, b, 0, 11, 0, &rb);
     train_ok(&cfg, &raw, b, 1, 0, 0, &rb);
     ck_assert_int_eq(rb.step, 24);
-    char *ca = join(a, AC_CHECKPOINT_SUBDIR), *cb = join(b, AC_CHECKPOINT_SUBDIR);
+    char *ca = test_path(a, AC_CHECKPOINT_SUBDIR), *cb = test_path(b, AC_CHECKPOINT_SUBDIR);
     assert_same_weights(ca, cb, 1);
     assert_same_weights(a, b, 0); /* the kept (averaged) models */
-    char *ema_a = join(ca, "ema-24.safetensors"), *ema_b = join(cb, "ema-24.safetensors");
+    char *ema_a = test_path(ca, "ema-24.safetensors"), *ema_b = test_path(cb, "ema-24.safetensors");
     ck_assert_int_eq(access(ema_a, F_OK), 0);
     size_t len_a, len_b; /* the averages themselves, bit for bit */
     char *bytes_a = read_bytes(ema_a, &len_a), *bytes_b = read_bytes(ema_b, &len_b);
@@ -621,7 +607,7 @@ START_TEST(test_ema_resume_is_bitwise)
                   "the averaged weights differ after the resume");
     free(bytes_a);
     free(bytes_b);
-    char *old = join(cb, "ema-11.safetensors");
+    char *old = test_path(cb, "ema-11.safetensors");
     ck_assert_int_ne(access(old, F_OK), 0); /* older averages are removed */
     /* the kept model is the average, not the trained weights */
     ac_model_dir kept, last;
@@ -658,7 +644,7 @@ START_TEST(test_thread_count_does_not_change_weights)
     tiny_config(&cfg);
     cfg.training.epochs = 2;
     cfg.model.n_layers = 2;
-    char *a = make_temp_dir(), *b = make_temp_dir();
+    char *a = test_temp_dir("train"), *b = test_temp_dir("train");
     ac_train_result ra, rb;
     int saved = omp_get_max_threads();
     omp_set_num_threads(1);
@@ -666,7 +652,7 @@ START_TEST(test_thread_count_does_not_change_weights)
     omp_set_num_threads(2);
     train_ok(&cfg, &raw, b, 0, 0, 0, &rb);
     omp_set_num_threads(saved);
-    char *ca = join(a, AC_CHECKPOINT_SUBDIR), *cb = join(b, AC_CHECKPOINT_SUBDIR);
+    char *ca = test_path(a, AC_CHECKPOINT_SUBDIR), *cb = test_path(b, AC_CHECKPOINT_SUBDIR);
     assert_same_weights(ca, cb, 1);
     ck_assert(ra.last_val_loss == rb.last_val_loss);
     free(ca);
@@ -691,7 +677,7 @@ START_TEST(test_early_stop_by_patience)
     cfg.training.optim.lr = 1e-9f;
     cfg.training.eval_every = 1;
     cfg.training.patience = 2;
-    char *dir = make_temp_dir();
+    char *dir = test_temp_dir("train");
     ac_train_result r;
     train_ok(&cfg, &raw, dir, 0, 0, 0, &r);
     ck_assert_int_eq(r.status, AC_TRAIN_EARLY_STOPPED);
@@ -771,12 +757,12 @@ START_TEST(test_nan_keeps_last_good_checkpoint)
     const float ema[] = {0, 0, 0.999f};
     for (int k = 0; k < 3; k++) {
         cfg.training.ema = ema[k];
-        char *dir = make_temp_dir();
-        char *ckpt = join(dir, AC_CHECKPOINT_SUBDIR);
-        char *weights = join(ckpt, "model.safetensors");
-        char *moments = join(ckpt, "optimizer.safetensors");
-        char *state_path = join(ckpt, "trainer_state.json");
-        char *best_path = join(dir, "model.safetensors");
+        char *dir = test_temp_dir("train");
+        char *ckpt = test_path(dir, AC_CHECKPOINT_SUBDIR);
+        char *weights = test_path(ckpt, "model.safetensors");
+        char *moments = test_path(ckpt, "optimizer.safetensors");
+        char *state_path = test_path(ckpt, "trainer_state.json");
+        char *best_path = test_path(dir, "model.safetensors");
         ac_train_result r;
         /* Reference: the same run stopped (with an evaluation) where the checkpoint will be. */
         train_ok(&cfg, &raw, dir, 0, ckpt_step[k], 0, &r);
@@ -837,7 +823,7 @@ START_TEST(test_metrics_and_curves)
     tiny_config(&cfg);
     cfg.training.epochs = 2;
     cfg.training.eval_every = 3;
-    char *dir = make_temp_dir();
+    char *dir = test_temp_dir("train");
     ac_train_result r;
     train_ok(&cfg, &raw, dir, 0, 0, 0, &r);
     ck_assert_int_eq(r.status, AC_TRAIN_FINISHED);
@@ -850,7 +836,7 @@ START_TEST(test_metrics_and_curves)
     for (int i = 0; i < log.n; i++)
         ck_assert(log.val_accuracy[i] >= 0 && log.val_accuracy[i] <= 1);
 
-    char *svg_path = join(dir, AC_CURVES_FILE);
+    char *svg_path = test_path(dir, AC_CURVES_FILE);
     char *svg = read_text(svg_path);
     ck_assert_msg(strncmp(svg, "<svg", 4) == 0, "training.svg starts with %.20s", svg);
     size_t n = strlen(svg);
@@ -887,12 +873,12 @@ START_TEST(test_resume_truncates_metrics)
     ac_config cfg;
     tiny_config(&cfg);
     cfg.training.eval_every = 3;
-    char *dir = make_temp_dir();
+    char *dir = test_temp_dir("train");
     ac_train_result r;
     train_ok(&cfg, &raw, dir, 0, 0, 7, &r);
     ck_assert_int_eq(r.status, AC_TRAIN_INTERRUPTED);
     ck_assert_int_eq(r.step, 7);
-    char *path = join(dir, AC_METRICS_FILE);
+    char *path = test_path(dir, AC_METRICS_FILE);
     FILE *f = fopen(path, "a");
     ck_assert_ptr_nonnull(f);
     fputs("{\"step\": 9, \"epoch\": 1.125, \"train_loss\": 0.5, \"val_loss\": 0.5, "
@@ -925,7 +911,7 @@ START_TEST(test_without_validation_and_with_val_file)
     cfg.training.epochs = 1;
     cfg.training.val_split = 0;
     cfg.training.patience = 1;
-    char *dir = make_temp_dir();
+    char *dir = test_temp_dir("train");
     ac_train_result r;
     train_ok(&cfg, &raw, dir, 0, 0, 0, &r);
     ck_assert_int_eq(r.status, AC_TRAIN_FINISHED);
@@ -939,7 +925,7 @@ START_TEST(test_without_validation_and_with_val_file)
     rm_rf(dir);
 
     /* A separate validation file (here the same rows). */
-    char *dir2 = make_temp_dir();
+    char *dir2 = test_temp_dir("train");
     watcher w;
     ac_err err = {{0}};
     int rc = train_once(&cfg, &raw, &raw, dir2, 0, 0, 0, &w, &r, &err);
@@ -976,8 +962,8 @@ START_TEST(test_cli_end_to_end)
         printf("SKIP test_cli_end_to_end: no attnctl binary (set ATTNCTL or build it)\n");
         return;
     }
-    char *dir = make_temp_dir();
-    char *out = join(dir, "model");
+    char *dir = test_temp_dir("train");
+    char *out = test_path(dir, "model");
     char *cmd = NULL;
     ck_assert_int_ge(asprintf(&cmd,
                               "%s train " TINY_CSV " --out %s --epochs 2 --d-model 16 --heads 2 "
@@ -988,7 +974,7 @@ START_TEST(test_cli_end_to_end)
     const char *files[] = {"config.json", "vocab.txt", "model.safetensors", "metrics.jsonl",
                            "training.svg", "checkpoint/trainer_state.json", "checkpoint/run.json"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        char *p = join(out, files[i]);
+        char *p = test_path(out, files[i]);
         ck_assert_msg(access(p, F_OK) == 0, "%s missing", p);
         free(p);
     }
@@ -1053,8 +1039,8 @@ typedef struct {
 
 static void pretrain_setup_make(pretrain_setup *p)
 {
-    p->dir = make_temp_dir();
-    p->lines = join(p->dir, "extra.txt");
+    p->dir = test_temp_dir("train");
+    p->lines = test_path(p->dir, "extra.txt");
     FILE *f = fopen(p->lines, "w");
     ck_assert_ptr_nonnull(f);
     for (int i = 0; i < 30; i++)
@@ -1108,7 +1094,7 @@ START_TEST(test_pretrain_end_to_end)
 {
     pretrain_setup p;
     pretrain_setup_make(&p);
-    char *out = join(p.dir, "mlm");
+    char *out = test_path(p.dir, "mlm");
     ac_train_result r;
     pretrain_ok(&p, out, 0, 0, 0, &r);
     ck_assert_int_eq(r.status, AC_TRAIN_FINISHED);
@@ -1141,12 +1127,12 @@ START_TEST(test_pretrain_end_to_end)
     for (int i = 0; i < log.n; i++)
         ck_assert(log.val_accuracy[i] > 0.0 && log.val_accuracy[i] < 1.0);
 
-    char *svg_path = join(out, AC_CURVES_FILE), *cal = join(out, AC_CALIBRATION_FILE);
+    char *svg_path = test_path(out, AC_CURVES_FILE), *cal = test_path(out, AC_CALIBRATION_FILE);
     char *svg = read_text(svg_path);
     ck_assert_ptr_nonnull(strstr(svg, "Pretraining (masked LM)"));
     ck_assert_ptr_nonnull(strstr(svg, "masked-token accuracy"));
     ck_assert_msg(access(cal, F_OK) != 0, "a pretraining run has no calibration diagram");
-    char *run_path = join(out, AC_CHECKPOINT_SUBDIR "/" AC_RUN_FILE);
+    char *run_path = test_path(out, AC_CHECKPOINT_SUBDIR "/" AC_RUN_FILE);
     char *run = read_text(run_path);
     for (int i = 0; i < 2; i++) {
         char sha[65];
@@ -1198,7 +1184,7 @@ START_TEST(test_stop_during_evaluation_resumes_bitwise)
             cfg.training.ema = 0.9f;
     }
     cfg.training.eval_every = 5;
-    char *a = make_temp_dir(), *b = make_temp_dir();
+    char *a = test_temp_dir("train"), *b = test_temp_dir("train");
     ac_train_result ra, rb;
     watcher w;
     ac_err err = {{0}};
@@ -1209,8 +1195,8 @@ START_TEST(test_stop_during_evaluation_resumes_bitwise)
     ck_assert_int_eq(rb.status, AC_TRAIN_INTERRUPTED);
     ck_assert_int_eq(rb.step, 10);
     ck_assert_int_eq(w.n_evals, 1); /* step 5 only: step 10's was left */
-    char *ca = join(a, AC_CHECKPOINT_SUBDIR), *cb = join(b, AC_CHECKPOINT_SUBDIR);
-    char *state_path = join(cb, "trainer_state.json");
+    char *ca = test_path(a, AC_CHECKPOINT_SUBDIR), *cb = test_path(b, AC_CHECKPOINT_SUBDIR);
+    char *state_path = test_path(cb, "trainer_state.json");
     ac_trainer_state st;
     ck_assert_msg(ac_trainer_state_load(&st, state_path, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(st.step, 10);
@@ -1251,7 +1237,7 @@ START_TEST(test_pretrain_resume_and_threads_bitwise)
 {
     pretrain_setup p;
     pretrain_setup_make(&p);
-    char *a = join(p.dir, "a"), *b = join(p.dir, "b"), *c = join(p.dir, "c");
+    char *a = test_path(p.dir, "a"), *b = test_path(p.dir, "b"), *c = test_path(p.dir, "c");
     ac_train_result ra, rb, rc;
     omp_set_num_threads(2);
     pretrain_ok(&p, a, 0, 25, 0, &ra);
@@ -1264,8 +1250,8 @@ START_TEST(test_pretrain_resume_and_threads_bitwise)
     omp_set_num_threads(1);
     pretrain_ok(&p, c, 0, 25, 0, &rc);
     omp_set_num_threads(2);
-    char *ca = join(a, AC_CHECKPOINT_SUBDIR), *cb = join(b, AC_CHECKPOINT_SUBDIR),
-         *cc = join(c, AC_CHECKPOINT_SUBDIR);
+    char *ca = test_path(a, AC_CHECKPOINT_SUBDIR), *cb = test_path(b, AC_CHECKPOINT_SUBDIR),
+         *cc = test_path(c, AC_CHECKPOINT_SUBDIR);
     assert_same_weights(ca, cb, 1);
     assert_same_weights(ca, cc, 1);
     assert_same_weights(a, b, 0);
@@ -1316,7 +1302,7 @@ START_TEST(test_finetune_from_pretrained)
     pretrain_setup p;
     pretrain_setup_make(&p);
     p.cfg.model.positions = AC_POS_LEARNED;
-    char *mlm = join(p.dir, "mlm"), *ft = join(p.dir, "ft"), *ft2 = join(p.dir, "ft2");
+    char *mlm = test_path(p.dir, "mlm"), *ft = test_path(p.dir, "ft"), *ft2 = test_path(p.dir, "ft2");
     ac_train_result r;
     pretrain_ok(&p, mlm, 0, 12, 0, &r);
 
@@ -1387,7 +1373,7 @@ START_TEST(test_finetune_from_pretrained)
     cfg.model.pooling = AC_POOL_CLS;
     ck_assert_int_eq(ac_train_init_config(&cfg, mlm, &err), -1);
     ck_assert_msg(strstr(err.msg, "vocab.txt has none"), "%s", err.msg);
-    char *mlm_cls = join(p.dir, "mlm_cls"), *ft_cls = join(p.dir, "ft_cls");
+    char *mlm_cls = test_path(p.dir, "mlm_cls"), *ft_cls = test_path(p.dir, "ft_cls");
     p.cfg.model.pooling = AC_POOL_CLS;
     pretrain_ok(&p, mlm_cls, 0, 5, 0, &r);
     load_dir(&pre, mlm_cls);
@@ -1412,8 +1398,8 @@ END_TEST
 /* Runs cmd with stderr into a file; returns the exit status and the stderr text. */
 static int run_capture(const char *cmd, char **err_text)
 {
-    char *dir = make_temp_dir();
-    char *path = join(dir, "stderr");
+    char *dir = test_temp_dir("train");
+    char *path = test_path(dir, "stderr");
     char *full = NULL;
     ck_assert_int_ge(asprintf(&full, "%s 2>%s >/dev/null", cmd, path), 0);
     int st = run_status(full);
@@ -1451,7 +1437,7 @@ static void expect_cli_ok(const char *needle, const char *fmt, ...)
 
 static int exists_in(const char *dir, const char *name)
 {
-    char *p = join(dir, name);
+    char *p = test_path(dir, name);
     int yes = access(p, F_OK) == 0;
     free(p);
     return yes;
@@ -1467,7 +1453,7 @@ static void assert_checkpoint_state(const char *out, int want_kept, int members,
     for (int i = 0; i < 2; i++)
         ck_assert_msg(exists_in(out, state[i]) == want_kept, "%s/%s: want %s", out, state[i],
                       want_kept ? "kept" : "removed");
-    char *ckpt = join(out, AC_CHECKPOINT_SUBDIR);
+    char *ckpt = test_path(out, AC_CHECKPOINT_SUBDIR);
     DIR *d = opendir(ckpt);
     ck_assert_ptr_nonnull(d);
     int n_ema = 0, n_member = 0;
@@ -1505,14 +1491,14 @@ START_TEST(test_cli_finished_run_drops_its_state)
         return;
     }
     const int members = _i;
-    char *dir = make_temp_dir();
+    char *dir = test_temp_dir("train");
     char shape[256];
     snprintf(shape, sizeof shape,
              "--d-model 16 --heads 2 --ff 32 --max-len 24 --batch-size 4 --threads 1 "
              "--ema 0.9 --quiet --members %d",
              members);
-    char *out = join(dir, "dropped"), *kept = join(dir, "kept"), *part = join(dir, "part"),
-         *early = join(dir, "early");
+    char *out = test_path(dir, "dropped"), *kept = test_path(dir, "kept"), *part = test_path(dir, "part"),
+         *early = test_path(dir, "early");
     expect_cli_ok(NULL, "%s train " TINY_CSV " --out %s --epochs 2 %s", bin, out, shape);
     assert_checkpoint_state(out, 0, members, 1);
     expect_cli_ok("nothing to resume", "%s train --resume %s", bin, out);
@@ -1534,7 +1520,7 @@ START_TEST(test_cli_finished_run_drops_its_state)
                   bin, early, shape);
     ac_trainer_state st;
     ac_err err = {{0}};
-    char *state_path = join(early, "checkpoint/trainer_state.json");
+    char *state_path = test_path(early, "checkpoint/trainer_state.json");
     ck_assert_msg(ac_trainer_state_load(&st, state_path, &err) == 0, "%s", err.msg);
     ck_assert_msg(st.epoch < 40 && st.bad_evals >= 1, "not stopped early: epoch %d", st.epoch);
     ck_assert_int_eq(st.member, members > 1 ? members : 0); /* with members: the average made */
@@ -1558,8 +1544,8 @@ START_TEST(test_cli_one_epoch_is_singular)
         printf("SKIP test_cli_one_epoch_is_singular: no attnctl binary\n");
         return;
     }
-    char *dir = make_temp_dir();
-    char *out = join(dir, "one"), *two = join(dir, "two");
+    char *dir = test_temp_dir("train");
+    char *out = test_path(dir, "one"), *two = test_path(dir, "two");
     const char *shape = "--d-model 16 --heads 2 --ff 32 --max-len 24 --batch-size 4 --threads 1";
     expect_cli_ok("per epoch x 1 epoch)", "%s train " TINY_CSV " --out %s --epochs 1 %s", bin, out,
                   shape);
@@ -1575,8 +1561,8 @@ END_TEST
 /* The float tensors of a weights file, in the model's layout. */
 static float *load_member_weights(const char *dir, const char *name, const ac_model *m)
 {
-    char *ckpt = join(dir, AC_CHECKPOINT_SUBDIR);
-    char *path = join(ckpt, name);
+    char *ckpt = test_path(dir, AC_CHECKPOINT_SUBDIR);
+    char *path = test_path(ckpt, name);
     ac_safetensors st;
     ac_err err = {{0}};
     ck_assert_msg(ac_st_load(&st, path, &err) == 0, "%s", err.msg);
@@ -1609,19 +1595,19 @@ START_TEST(test_cli_mean_below_every_member_keeps_the_best)
         printf("SKIP test_cli_mean_below_every_member_keeps_the_best: no attnctl binary\n");
         return;
     }
-    char *dir = make_temp_dir();
+    char *dir = test_temp_dir("train");
     const int seeds[] = {12, 13, 16};
     int kept_any = 0;
     for (int k = 0; k < 3; k++) {
         char name[32];
         snprintf(name, sizeof name, "s%d", seeds[k]);
-        char *out = join(dir, name);
+        char *out = test_path(dir, name);
         expect_cli_ok(NULL,
                       "%s train " SAMPLE_CSV " --out %s --config models/seed.json --max-len 64 "
                       "--batch-size 16 --members 2 --epochs 3 --lr 0.01 --threads 1 --seed %d "
                       "--keep-checkpoint --quiet",
                       bin, out, seeds[k]);
-        char *log_path = join(out, AC_METRICS_FILE);
+        char *log_path = test_path(out, AC_METRICS_FILE);
         char *log = read_text(log_path);
         /* each member's best, and the model's figure (the last line) */
         double best[2] = {-1, -1};
@@ -1690,7 +1676,7 @@ START_TEST(test_members)
     ac_config cfg;
     tiny_config(&cfg);
     cfg.training.ema = 0.9f; /* a member keeps its average: that is what is averaged */
-    char *one = make_temp_dir(), *a = make_temp_dir(), *b = make_temp_dir(), *c = make_temp_dir();
+    char *one = test_temp_dir("train"), *a = test_temp_dir("train"), *b = test_temp_dir("train"), *c = test_temp_dir("train");
     ac_train_result r1, ra, rb, rc;
     ac_err err = {{0}};
     watcher w;
@@ -1728,12 +1714,12 @@ START_TEST(test_members)
     }
     /* the state says the average is made; the log, whose each line is */
     ac_trainer_state st;
-    char *state_path = join(a, AC_CHECKPOINT_SUBDIR "/trainer_state.json");
+    char *state_path = test_path(a, AC_CHECKPOINT_SUBDIR "/trainer_state.json");
     ck_assert_msg(ac_trainer_state_load(&st, state_path, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(st.member, 3);
     ck_assert_int_eq(st.steps_before, 2 * 24);
     ck_assert_int_eq(ac_train_state_ended(&cfg.training, &st), AC_TRAIN_FINISHED);
-    char *log_path = join(a, AC_METRICS_FILE);
+    char *log_path = test_path(a, AC_METRICS_FILE);
     char *log = read_text(log_path);
     ck_assert_int_eq(count_substr(log, "\"member\": 1}"), 3);
     ck_assert_int_eq(count_substr(log, "\"member\": 3}"), 3);
@@ -1755,7 +1741,7 @@ START_TEST(test_members)
                       "%s", err.msg);
         ck_assert_int_eq(rs[k]->status, AC_TRAIN_FINISHED);
         assert_same_weights(a, stopped[k], 0);
-        char *other_path = join(stopped[k], AC_METRICS_FILE);
+        char *other_path = test_path(stopped[k], AC_METRICS_FILE);
         char *other = read_text(other_path);
         /* the average's evaluation, up to its timings */
         char *mine = strrchr(log, '{'), *theirs = strrchr(other, '{');
@@ -1798,8 +1784,8 @@ START_TEST(test_cli_too_few_rows_names_the_file)
         printf("SKIP test_cli_too_few_rows_names_the_file: no attnctl binary\n");
         return;
     }
-    char *dir = make_temp_dir();
-    char *csv = join(dir, "two_rows.csv"), *out = join(dir, "m"), *cmd = NULL;
+    char *dir = test_temp_dir("train");
+    char *csv = test_path(dir, "two_rows.csv"), *out = test_path(dir, "m"), *cmd = NULL;
     FILE *f = fopen(csv, "w");
     ck_assert_ptr_nonnull(f);
     fputs("review,sentiment\na fine film,positive\na dull film,negative\n", f);
@@ -1827,8 +1813,8 @@ START_TEST(test_cli_pretrain_and_init)
         printf("SKIP test_cli_pretrain_and_init: no attnctl binary (set ATTNCTL or build it)\n");
         return;
     }
-    char *dir = make_temp_dir();
-    char *lines = join(dir, "docs.txt"), *mlm = join(dir, "mlm"), *ft = join(dir, "ft");
+    char *dir = test_temp_dir("train");
+    char *lines = test_path(dir, "docs.txt"), *mlm = test_path(dir, "mlm"), *ft = test_path(dir, "ft");
     FILE *f = fopen(lines, "w");
     ck_assert_ptr_nonnull(f);
     for (int i = 0; i < 40; i++)
@@ -1917,7 +1903,7 @@ START_TEST(test_cli_pretrain_and_init)
     }
 
     /* corrupt input: one line, naming the file and the line */
-    char *nul = join(dir, "nul.txt"), *cut = join(dir, "cut.txt.gz"), *nocol = join(dir, "x.csv");
+    char *nul = test_path(dir, "nul.txt"), *cut = test_path(dir, "cut.txt.gz"), *nocol = test_path(dir, "x.csv");
     f = fopen(nul, "wb");
     ck_assert_ptr_nonnull(f);
     fwrite("one\ntwo\nthr\0ee\n", 1, 15, f);
@@ -1945,11 +1931,11 @@ START_TEST(test_cli_pretrain_and_init)
         free(err);
         free(cmd);
     }
-    char *never = join(dir, "never");
+    char *never = test_path(dir, "never");
     ck_assert_msg(access(never, F_OK) != 0, "a failed pretrain left %s behind", never);
 
     /* through the CLI: stopped at --max-steps, resumed: the state of one run */
-    char *r1 = join(dir, "r1"), *r2 = join(dir, "r2");
+    char *r1 = test_path(dir, "r1"), *r2 = test_path(dir, "r2");
     ck_assert_int_ge(asprintf(&cmd, "%s pretrain %s --out %s %s --epochs 2 --eval-every 3 --quiet "
                                     "--keep-checkpoint",
                               bin, lines, r1, shape),
@@ -1968,7 +1954,7 @@ START_TEST(test_cli_pretrain_and_init)
     const char *same[] = {"checkpoint/model.safetensors", "checkpoint/optimizer.safetensors",
                           "vocab.txt"};
     for (int i = 0; i < 3; i++) {
-        char *pa = join(r1, same[i]), *pb = join(r2, same[i]);
+        char *pa = test_path(r1, same[i]), *pb = test_path(r2, same[i]);
         size_t la, lb;
         char *da = read_bytes(pa, &la), *db = read_bytes(pb, &lb);
         ck_assert_msg(la == lb && memcmp(da, db, la) == 0, "%s differs after --resume", same[i]);
@@ -2011,7 +1997,7 @@ START_TEST(test_help_options_in_man_page)
                     {"predict", 7}, {"inspect", 8}, {"bench", 7},
                     {"quantize", 5}};
     for (size_t c = 0; c < sizeof commands / sizeof commands[0]; c++) {
-        char *dir = make_temp_dir(), *out = join(dir, "help"), *cmd = NULL;
+        char *dir = test_temp_dir("train"), *out = test_path(dir, "help"), *cmd = NULL;
         ck_assert_int_ge(asprintf(&cmd, "%s %s --help > %s", bin, commands[c].name, out), 0);
         ck_assert_int_eq(run_status(cmd), 0);
         char *help = read_text(out);

@@ -44,6 +44,23 @@ static inline double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* A new scratch directory /tmp/attnctl_test_NAME_XXXXXX (caller frees the name). */
+static inline char *test_temp_dir(const char *name)
+{
+    char *dir = NULL;
+    ck_assert_int_ge(asprintf(&dir, "/tmp/attnctl_test_%s_XXXXXX", name), 0);
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    return dir;
+}
+
+/* "a/b", allocated (caller frees). */
+static inline char *test_path(const char *a, const char *b)
+{
+    char *p = NULL;
+    ck_assert_int_ge(asprintf(&p, "%s/%s", a, b), 0);
+    return p;
+}
+
 /* Runs the shell command cmd, its stdout discarded; *err_text (freed by
  * the caller) gets its stderr. Returns its exit status (-1: killed). */
 static inline int run_stderr(const char *cmd, char **err_text)
