@@ -187,9 +187,10 @@ static void expect_load_error(const char *path, const char *want)
 
 /* ------------------------------------------------------ config settings */
 
-/* A numeric key as the command line sets it (ac_config_setting): its field,
- * type and the range config.json itself accepts; "auto" where the key takes
- * it; no setting for unknown or non-numeric keys. */
+/* A key as the command line sets it (ac_config_setting): its field, type
+ * and the range config.json itself accepts; "auto" where the key takes it;
+ * an enum's names; no setting for unknown keys, or keys neither numeric nor
+ * an enum. */
 START_TEST(test_config_setting)
 {
     ac_setting st;
@@ -201,6 +202,7 @@ START_TEST(test_config_setting)
     ck_assert_uint_eq(st.offset, offsetof(ac_config, training.optim.lr));
     ck_assert_int_eq(st.type, AC_SETTING_FLOAT);
     ck_assert(st.lo == 0 && st.hi == 10 && st.lo_open && !st.hi_open && !st.auto_ok);
+    ck_assert_ptr_null(st.names);
     ck_assert_int_eq(ac_config_setting("training.vocab_max", &st), 0);
     ck_assert_int_eq(st.type, AC_SETTING_I32);
     ck_assert_int_eq(ac_config_setting("model.ngram_order", &st), 0);
@@ -214,7 +216,14 @@ START_TEST(test_config_setting)
     const char *bad = "{\"training\": {\"lr\": 0}}";
     ck_assert_int_eq(ac_config_parse(&c, bad, strlen(bad), "x.json", 0, &err), -1);
     ac_config_free(&c);
-    ck_assert_int_eq(ac_config_setting("model.pooling", &st), -1);
+    ck_assert_int_eq(ac_config_setting("model.pooling", &st), 0);
+    ck_assert_int_eq(st.type, AC_SETTING_NAME);
+    ck_assert_uint_eq(st.offset, offsetof(ac_config, model.pooling));
+    ck_assert_ptr_eq(st.names, &ac_pooling_names);
+    ck_assert_int_eq(ac_config_setting("tokenizer.truncation", &st), 0);
+    ck_assert_ptr_eq(st.names, &ac_truncation_names);
+    ck_assert_int_eq(ac_config_setting("model.ngram_hash", &st), -1);
+    ck_assert_int_eq(ac_config_setting("provenance.train_file", &st), -1);
     ck_assert_int_eq(ac_config_setting("training.nothing", &st), -1);
     ck_assert_int_eq(ac_config_setting("epochs", &st), -1);
     ck_assert_int_eq(ac_config_setting("train.epochs", &st), -1);

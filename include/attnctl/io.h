@@ -114,21 +114,24 @@ void ac_config_defaults(ac_config *c);
 int ac_config_load(ac_config *c, const char *path, int full, ac_err *err);
 int ac_config_parse(ac_config *c, const char *json, size_t len, const char *name, int full,
                     ac_err *err);
-/* A numeric key of config.json as a command-line option sets it: where it is
- * in ac_config, its type and its range, the one both accept. */
+/* A key of config.json as a command-line option sets it: where it is in
+ * ac_config, its type and its values (a range, or an enum's names), the
+ * ones both accept. */
 typedef enum {
     AC_SETTING_INT, AC_SETTING_I32, AC_SETTING_LONG, AC_SETTING_I64, AC_SETTING_FLOAT,
-    AC_SETTING_DOUBLE
+    AC_SETTING_DOUBLE,
+    AC_SETTING_NAME /* an enum stored as an int, one of `names` */
 } ac_setting_type;
 typedef struct {
     size_t offset; /* into ac_config */
     ac_setting_type type;
-    double lo, hi;
+    double lo, hi;        /* a number's range */
     int lo_open, hi_open; /* the end itself is outside the range */
     int auto_ok;          /* "auto" is a value too (stored as AC_AUTO) */
+    const ac_names *names; /* AC_SETTING_NAME: its values */
 } ac_setting;
 /* The setting of the key "section.key" (e.g. "training.epochs"): 0, or -1
- * when config.json has no such numeric key. */
+ * when config.json has no such numeric or enum key. */
 int ac_config_setting(const char *path, ac_setting *out);
 /* Pretty-printed, stable key order. Caller frees the string. */
 char *ac_config_to_json(const ac_config *c);

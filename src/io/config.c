@@ -282,7 +282,11 @@ int ac_config_setting(const char *path, ac_setting *out)
             case K_I64: type = AC_SETTING_I64; break;
             case K_FLOAT: type = AC_SETTING_FLOAT; break;
             case K_DOUBLE: type = AC_SETTING_DOUBLE; break;
-            default: return -1;
+            default:
+                if (!enum_names(k->kind))
+                    return -1;
+                type = AC_SETTING_NAME;
+                break;
             }
             *out = (ac_setting){.offset = k->offset,
                                 .type = type,
@@ -290,7 +294,8 @@ int ac_config_setting(const char *path, ac_setting *out)
                                 .hi = k->hi,
                                 .lo_open = (k->flags & LO_OPEN) != 0,
                                 .hi_open = (k->flags & HI_OPEN) != 0,
-                                .auto_ok = (k->flags & AUTO) != 0};
+                                .auto_ok = (k->flags & AUTO) != 0,
+                                .names = enum_names(k->kind)};
             return 0;
         }
     }
