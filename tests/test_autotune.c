@@ -351,6 +351,19 @@ START_TEST(test_cli)
     ck_assert_int_eq(access(tj, F_OK), 0);
     free(tj);
 
+    /* --epochs auto is --epochs left out: searched (the options' last
+     * --epochs is the one that counts). */
+    char *out2 = test_path(dir, "m2");
+    ck_assert_int_ge(asprintf(&cmd, "%s train %s --out %s %s --epochs auto --autotune 300steps",
+                              bin, TINY_CSV, out2, TINY_OPTS),
+                     0);
+    ck_assert_int_eq(run_stderr(cmd, &err), 0);
+    ck_assert_msg(strstr(err, "--epochs 16") && !strstr(err, "--members 3"), "%s", err);
+    free(cmd);
+    free(err);
+    rm_rf(out2);
+    free(out2);
+
     /* Neither resumable nor combinable with --resume. */
     ck_assert_int_ge(asprintf(&cmd, "%s train --resume %s", bin, out), 0);
     ck_assert_int_eq(run_stderr(cmd, &err), 1);

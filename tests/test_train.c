@@ -1558,6 +1558,91 @@ START_TEST(test_cli_one_epoch_is_singular)
 }
 END_TEST
 
+/* config.json without its date: what two runs of the same settings share. */
+static char *config_without_date(const char *dir)
+{
+    char *path = test_path(dir, "config.json");
+    char *text = read_text(path);
+    char *date = strstr(text, "\"date\"");
+    ck_assert_msg(date != NULL, "%s has no date", path);
+    char *line_end = strchr(date, '\n');
+    ck_assert_ptr_nonnull(line_end);
+    memmove(date, line_end + 1, strlen(line_end + 1) + 1);
+    free(path);
+    return text;
+}
+
+/* Two runs wrote the same model: the same weights and config.json. */
+static void expect_same_model(const char *a, const char *b)
+{
+    char *pa = test_path(a, "model.safetensors"), *pb = test_path(b, "model.safetensors");
+    size_t la, lb;
+    char *da = read_bytes(pa, &la), *db = read_bytes(pb, &lb);
+    ck_assert_msg(la == lb && memcmp(da, db, la) == 0, "%s and %s differ", pa, pb);
+    char *ca = config_without_date(a), *cb = config_without_date(b);
+    ck_assert_msg(strcmp(ca, cb) == 0, "config.json of %s and %s differ:\n%s\n%s", a, b, ca, cb);
+    free(ca);
+    free(cb);
+    free(da);
+    free(db);
+    free(pa);
+    free(pb);
+}
+
+/* An option given as "auto" is its key's "auto" in config.json: the same
+ * run, model and config.json as leaving the option out, for train and
+ * pretrain. Only the keys that take "auto" take it on the command line,
+ * and a bad value's message says so. */
+START_TEST(test_cli_auto_is_leaving_the_option_out)
+{
+    const char *bin = attnctl_binary();
+    if (!bin) {
+        printf("SKIP test_cli_auto_is_leaving_the_option_out: no attnctl binary\n");
+        return;
+    }
+    char *dir = test_temp_dir("train");
+    char *left = test_path(dir, "left"), *given = test_path(dir, "given");
+    const char *shape = "--d-model 16 --heads 2 --ff 32 --max-len 24 --batch-size 4 --threads 1 "
+                        "--wide-buckets 4096 --quiet";
+    const char *autos = "--epochs auto --ema auto --members auto --wide-nb auto --min-count auto "
+                        "--wide auto";
+    expect_cli_ok(NULL, "%s train " TINY_CSV " --out %s %s", bin, left, shape);
+    expect_cli_ok(NULL, "%s train " TINY_CSV " --out %s %s %s", bin, given, shape, autos);
+    expect_same_model(left, given);
+    char *p_left = test_path(dir, "p_left"), *p_given = test_path(dir, "p_given");
+    const char *p_shape = "--d-model 16 --heads 2 --ff 32 --max-len 24 --batch-size 8 --threads 1 "
+                          "--vocab-size 200 --eval-every 5 --quiet";
+    expect_cli_ok(NULL, "%s pretrain " TINY_CSV " --out %s %s", bin, p_left, p_shape);
+    expect_cli_ok(NULL, "%s pretrain " TINY_CSV " --out %s %s --epochs auto --ema auto "
+                        "--min-count auto",
+                  bin, p_given, p_shape);
+    expect_same_model(p_left, p_given);
+    static const struct {
+        const char *args, *needle;
+    } usage[] = {
+        {"--epochs many", "--epochs: invalid value 'many' (expected an integer from 1 to "
+                          "1000000, or auto)"},
+        {"--ema 1", "--ema: invalid value '1' (expected a number with 0 <= X < 1, or auto)"},
+        {"--lr auto", "--lr: invalid value 'auto' (expected a number with 0 < X <= 10)"},
+        {"--pooling auto", "--pooling: invalid value 'auto' (expected max, mean or cls)"},
+    };
+    for (size_t i = 0; i < sizeof usage / sizeof usage[0]; i++) {
+        char *cmd = NULL;
+        ck_assert_int_ge(asprintf(&cmd, "%s train " TINY_CSV " --out %s/never %s", bin, dir,
+                                  usage[i].args),
+                         0);
+        expect_cli(cmd, 2, usage[i].needle);
+        free(cmd);
+    }
+    free(p_left);
+    free(p_given);
+    free(left);
+    free(given);
+    rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
 /* The float tensors of a weights file, in the model's layout. */
 static float *load_member_weights(const char *dir, const char *name, const ac_model *m)
 {
@@ -1860,9 +1945,11 @@ START_TEST(test_cli_pretrain_and_init)
                      0);
     expect_cli(cmd, 2, "--min-count cannot be combined with --init");
     free(cmd);
-    /* the same values are no contradiction; the model's own are used */
+    /* the same values are no contradiction, nor is a minimum count left to
+     * the data; the model's own are used */
     ck_assert_int_ge(asprintf(&cmd, "%s train --init %s " TINY_CSV " --out %s --d-model 16 "
-                                    "--epochs 2 --batch-size 8 --threads 1 --quiet",
+                                    "--epochs 2 --batch-size 8 --threads 1 --min-count auto "
+                                    "--quiet",
                               bin, mlm, ft),
                      0);
     expect_cli(cmd, 0, NULL);
@@ -2048,6 +2135,7 @@ int main(void)
     tcase_add_test(tc, test_nan_keeps_last_good_checkpoint);
     tcase_add_loop_test(tc, test_cli_finished_run_drops_its_state, 1, 3);
     tcase_add_test(tc, test_cli_one_epoch_is_singular);
+    tcase_add_test(tc, test_cli_auto_is_leaving_the_option_out);
     tcase_add_test(tc, test_cli_too_few_rows_names_the_file);
     tcase_add_test(tc, test_pick_model_keeps_the_mean_unless_below_every_member);
     tcase_add_test(tc, test_cli_mean_below_every_member_keeps_the_best);

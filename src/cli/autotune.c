@@ -15,14 +15,6 @@
 
 #define REDRAW_S 0.2
 
-/* The option that sets each searched setting: given, it is not searched. */
-static const int OPTION_OF[AC_TUNE_N] = {
-    [AC_TUNE_WIDE_NB] = OPT_WIDE_NB, [AC_TUNE_EPOCHS] = OPT_EPOCHS,
-    [AC_TUNE_EMA] = OPT_EMA,         [AC_TUNE_LR] = OPT_LR,
-    [AC_TUNE_WIDE_ORDER] = OPT_WIDE, [AC_TUNE_CROP] = OPT_CROP,
-    [AC_TUNE_DROPOUT] = OPT_DROPOUT, [AC_TUNE_MEMBERS] = OPT_MEMBERS,
-};
-
 int cli_autotune_check(const train_args *a, const ac_config *cfg, int n_ranks)
 {
     ac_autotune_budget b;
@@ -146,9 +138,15 @@ int cli_autotune_run(const train_args *a, const ac_train_options *to,
     o.train.progress = on_progress;
     o.train.progress_user = &view;
     o.budget_text = a->v[OPT_AUTOTUNE].s;
-    for (int d = 0; d < AC_TUNE_N; d++)
-        if (a->v[OPTION_OF[d]].set)
+    /* A setting given as an option is not searched; given as "auto", it
+     * is left to the search as when it is not given. */
+    for (int d = 0; d < AC_TUNE_N; d++) {
+        const opt_value *x = train_setting(a, ac_tune_key((ac_tune_dim)d));
+        if (!x)
+            return cli_error("internal: no option sets %s", ac_tune_key((ac_tune_dim)d));
+        if (x->set && !x->is_auto)
             o.fixed |= 1u << d;
+    }
     o.on_trial = on_trial;
     o.on_trial_user = &view;
 

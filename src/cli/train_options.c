@@ -2,9 +2,11 @@
  * each option's name, short form, the range of its value, the field of the
  * preset it overrides, the commands that take it and its help; from it come
  * getopt's lists, the parsing, the usage errors, --help and how the options
- * change the preset configuration. Apart from running the command
- * (train.c), since this part only turns words into a configuration and
- * reads no training data. */
+ * change the preset configuration. An option that sets a config.json key
+ * is a SET row naming the key: its type, range, field and "auto" are the
+ * key's (src/io/config.c), so a new setting is its key's row there and one
+ * row here. Apart from running the command (train.c), since this part only
+ * turns words into a configuration and reads no training data. */
 #include <getopt.h>
 #include <stddef.h>
 #include <limits.h>
@@ -30,7 +32,7 @@ typedef enum {
     V_NAME,   /* one of the names parse_name knows */
     V_SEED,   /* a 64-bit seed */
     V_WARMUP, /* a fraction, or a whole number of steps */
-    V_SETTING, /* a number of config.json: its kind, range and field are the key's */
+    V_SETTING, /* a key of config.json: its kind, values and field are the key's */
 } value_kind;
 
 /* Where the value goes in the preset (train_apply_overrides); TO_NONE: the
@@ -50,10 +52,12 @@ enum { BOTH = 0, TRAIN_ONLY = 1, PRETRAIN_ONLY = 2, RESUME_OK = 4 };
 typedef struct {
     char short_name;  /* the one-letter form, or 0 */
     int section;      /* S_* */
-    const char *arg;  /* the value's name ("N", "X", "DIR"); NULL: none */
+    const char *arg;  /* the value's name ("N", "X", "DIR"); NULL: none (a SET
+                         row: from its key's type) */
     const char *text; /* NULL: not in the help */
     const char *pretrain_text;          /* pretrain's text when it differs */
-    const char *deflt, *pretrain_deflt; /* the default in words (NULL: the field's) */
+    const char *deflt, *pretrain_deflt; /* the default in words (NULL: the field's,
+                                           "auto" for AC_AUTO) */
     size_t shown;    /* with TO_NONE: the field whose preset value is the default */
     int shown_as;    /* its type (a target) */
     int join;        /* 1: "--NAME ARG, --NEXT ARG" on one line, then the next row's text */
@@ -70,7 +74,7 @@ static const char *const SECTION_TITLE[N_SECTIONS] = {
  * where it may be given, and its help. */
 typedef struct {
     const char *name;
-    int id;
+    int id;         /* OPT_*, or 0 for a SET row */
     value_kind kind;
     long ilo, ihi;  /* V_INT */
     double lo, hi;  /* V_REAL, V_WARMUP */
@@ -96,9 +100,12 @@ typedef struct {
     {name, id, V_INT, lo, hi, 0, 0, 0, words, NULL, to, field, flags, NULL, {__VA_ARGS__}}
 #define REAL(name, id, lo, hi, open, words, to, field, flags, ...) \
     {name, id, V_REAL, 0, 0, lo, hi, open, words, NULL, to, field, flags, NULL, {__VA_ARGS__}}
-/* A number of config.json: the option takes the key's range and sets its field. */
-#define SET(name, id, key, flags, ...) \
-    {name, id, V_SETTING, 0, 0, 0, 0, 0, NULL, NULL, TO_NONE, 0, flags, key, {__VA_ARGS__}}
+/* A setting of config.json: the option takes the key's values (its range,
+ * or its names; "auto" where the key takes it), sets its field, and shows
+ * its type (N, X, NAME) and its preset value in the help. No id: code asks
+ * for it by key (train_setting). */
+#define SET(name, key, flags, ...) \
+    {name, 0, V_SETTING, 0, 0, 0, 0, 0, NULL, NULL, TO_NONE, 0, flags, key, {__VA_ARGS__}}
 #define NAME(name, id, names, to, field, flags, ...) \
     {name, id, V_NAME, 0, 0, 0, 0, 0, NULL, &names, to, field, flags, NULL, {__VA_ARGS__}}
 
@@ -182,80 +189,80 @@ static const option_spec OPTIONS[] = {
                  "trains the options as given and always ends; then, at" MORE
                  "one member, one setting at a time changes (the NB start" MORE
                  "of the wide path, --epochs, --ema, --lr, --wide, --crop," MORE
-                 "--dropout; one given as an option stays), last the best" MORE
-                 "with 3 --members. The best on validation goes to DIR," MORE
-                 "which must be new or empty, with the trials in" MORE
-                 "DIR/autotune.json. Ctrl-C keeps the best trial so far;" MORE
-                 "a search cannot be resumed"),
+                 "--dropout; one given as an option stays, unless as" MORE
+                 "auto), last the best with 3 --members. The best on" MORE
+                 "validation goes to DIR, which must be new or empty, with" MORE
+                 "the trials in DIR/autotune.json. Ctrl-C keeps the best" MORE
+                 "trial so far; a search cannot be resumed"),
     /* Masking */
-    SET("mask-frac", OPT_MASK_FRAC, "training.mask_frac", PRETRAIN_ONLY, .section = S_MASKING, .arg = "X",
-         .text = "share of the tokens predicted, 0 < X < 1 [{}]"),
+    SET("mask-frac", "training.mask_frac", PRETRAIN_ONLY, .section = S_MASKING,
+        .text = "share of the tokens predicted, 0 < X < 1 [{}]"),
     /* Training */
-    SET("epochs", OPT_EPOCHS, "training.epochs", BOTH, .section = S_TRAINING, .arg = "N",
-        .text = "passes over the training rows [{}]", .deflt = "auto", .note = epochs_auto,
+    SET("epochs", "training.epochs", BOTH, .section = S_TRAINING,
+        .text = "passes over the training rows [{}]", .note = epochs_auto,
         .pretrain_text = "passes over the texts [{}]", .pretrain_deflt = "4"),
-    SET("batch-size", OPT_BATCH_SIZE, "training.batch_size", BOTH, .section = S_TRAINING, .arg = "N",
+    SET("batch-size", "training.batch_size", BOTH, .section = S_TRAINING,
         .text = "reviews per step [{}]", .pretrain_text = "texts per step [{}]"),
-    SET("micro-batch", OPT_MICRO_BATCH, "training.micro_batch", BOTH, .section = S_TRAINING, .arg = "N",
+    SET("micro-batch", "training.micro_batch", BOTH, .section = S_TRAINING,
         .text = "rows of a micro-batch: a step's batch is cut into" MORE
                 "micro-batches by row index, their gradients summed" MORE
                 "exactly (the same model for any number of processes" MORE
                 "under mpirun, at most one per micro-batch) [{}]"),
-    SET("lr", OPT_LR, "training.lr", BOTH, .section = S_TRAINING, .arg = "X",
-         .text = "peak learning rate of AdamW [{}]"),
-    NAME("schedule", OPT_SCHEDULE, ac_schedule_names, TO_INT, AT(training.optim.schedule), BOTH,
-         .section = S_TRAINING, .arg = "NAME", .text = "{names} decay after warmup [{}]"),
+    SET("lr", "training.lr", BOTH, .section = S_TRAINING,
+        .text = "peak learning rate of AdamW [{}]"),
+    SET("schedule", "training.schedule", BOTH, .section = S_TRAINING,
+        .text = "{names} decay after warmup [{}]"),
     /* a fraction sets training.warmup_frac, a step count optim.warmup_steps */
     {"warmup", OPT_WARMUP, V_WARMUP, 0, 0, 0, 1e15, 0,
      "a fraction 0 <= X < 1, or a whole number of steps", NULL, TO_NONE, 0, BOTH, NULL,
      {.section = S_TRAINING, .arg = "X",
       .text = "warmup: a fraction of all steps when X < 1, else a step" MORE "count [{}]",
       .shown = AT(training.warmup_frac), .shown_as = TO_DOUBLE}},
-    SET("weight-decay", OPT_WEIGHT_DECAY, "training.weight_decay", BOTH, .section = S_TRAINING, .arg = "X",
-         .text = "decoupled weight decay of matrices [{}]"),
-    SET("clip", OPT_CLIP, "training.clip_norm", BOTH, .section = S_TRAINING, .arg = "X",
-         .text = "global gradient-norm clip, 0 = off [{}]"),
-    SET("val-split", OPT_VAL_SPLIT, "training.val_split", BOTH, .section = S_TRAINING, .arg = "X",
-         .text = "share of the training file held out, 0 <= X < 1 [{}]",
-         .pretrain_text = "share of the texts held out for the masked-token loss" MORE
-                          "and accuracy, 0 <= X < 1 [{}]",
-         .pretrain_deflt = STR(PRETRAIN_VAL_SPLIT)),
-    SET("eval-every", OPT_EVAL_EVERY, "training.eval_every", BOTH, .section = S_TRAINING, .arg = "N",
+    SET("weight-decay", "training.weight_decay", BOTH, .section = S_TRAINING,
+        .text = "decoupled weight decay of matrices [{}]"),
+    SET("clip", "training.clip_norm", BOTH, .section = S_TRAINING,
+        .text = "global gradient-norm clip, 0 = off [{}]"),
+    SET("val-split", "training.val_split", BOTH, .section = S_TRAINING,
+        .text = "share of the training file held out, 0 <= X < 1 [{}]",
+        .pretrain_text = "share of the texts held out for the masked-token loss" MORE
+                         "and accuracy, 0 <= X < 1 [{}]",
+        .pretrain_deflt = STR(PRETRAIN_VAL_SPLIT)),
+    SET("eval-every", "training.eval_every", BOTH, .section = S_TRAINING,
         .text = "steps between evaluations, 0 = once an epoch [{}]",
         .pretrain_deflt = STR(PRETRAIN_EVAL_EVERY)),
-    SET("patience", OPT_PATIENCE, "training.patience", BOTH, .section = S_TRAINING, .arg = "N",
+    SET("patience", "training.patience", BOTH, .section = S_TRAINING,
         .text = "evaluations without a better validation accuracy before" MORE
                 "stopping, 0 = never [{}]",
         .pretrain_text = "evaluations without a better masked-token accuracy" MORE
                          "before stopping, 0 = never [{}]",
         .pretrain_deflt = "0"),
-    SET("crop", OPT_CROP, "training.crop_frac", TRAIN_ONLY, .section = S_TRAINING, .arg = "X",
-         .text = "share of the reviews cut each epoch to a random span of" MORE
-                 "--crop-min..--crop-max tokens, so short texts are learnt" MORE "too [{}]"),
-    SET("crop-min", OPT_CROP_MIN, "training.crop_min", TRAIN_ONLY, .section = S_TRAINING, .arg = "N", .join = 1,
+    SET("crop", "training.crop_frac", TRAIN_ONLY, .section = S_TRAINING,
+        .text = "share of the reviews cut each epoch to a random span of" MORE
+                "--crop-min..--crop-max tokens, so short texts are learnt" MORE "too [{}]"),
+    SET("crop-min", "training.crop_min", TRAIN_ONLY, .section = S_TRAINING, .join = 1,
         .text = "span lengths of the crops [{}]"),
-    SET("crop-max", OPT_CROP_MAX, "training.crop_max", TRAIN_ONLY, .section = S_TRAINING, .arg = "N",
+    SET("crop-max", "training.crop_max", TRAIN_ONLY, .section = S_TRAINING,
         .text = "span lengths of the crops [{}]"),
-    SET("label-smoothing", OPT_LABEL_SMOOTHING, "training.label_smoothing", TRAIN_ONLY, .section = S_TRAINING, .arg = "X",
-         .text = "target (1-X) on the label and X spread over all classes [{}]"),
-    SET("token-dropout", OPT_TOKEN_DROPOUT, "training.token_dropout", TRAIN_ONLY, .section = S_TRAINING, .arg = "X",
-         .text = "share of training tokens replaced by <unk> [{}]"),
-    SET("members", OPT_MEMBERS, "training.members", TRAIN_ONLY, .section = S_TRAINING, .arg = "N",
+    SET("label-smoothing", "training.label_smoothing", TRAIN_ONLY, .section = S_TRAINING,
+        .text = "target (1-X) on the label and X spread over all classes [{}]"),
+    SET("token-dropout", "training.token_dropout", TRAIN_ONLY, .section = S_TRAINING,
+        .text = "share of training tokens replaced by <unk> [{}]"),
+    SET("members", "training.members", TRAIN_ONLY, .section = S_TRAINING,
         .text = "train N models from the same initial weights, each" MORE
                 "with its own shuffle, crops and dropout, and keep the" MORE
                 "mean of their weights (the best member instead if" MORE
                 "the mean reads below every member on validation):" MORE
                 "a model of the usual size, N times the training;" MORE "1 = one model [{}]",
-        .deflt = "auto", .note = members_auto),
-    SET("wide-nb", OPT_WIDE_NB, "training.wide_nb", TRAIN_ONLY, .section = S_TRAINING, .arg = "X",
+        .note = members_auto),
+    SET("wide-nb", "training.wide_nb", TRAIN_ONLY, .section = S_TRAINING,
         .text = "start the wide path at X/2 times each class's naive" MORE
                 "Bayes log-count ratio from the training rows" MORE
                 "(Wang & Manning 2012) instead of zeros; 0 = zeros" MORE "[{}]",
-        .deflt = "auto", .note = wide_nb_auto),
-    SET("ema", OPT_EMA, "training.ema", BOTH, .section = S_TRAINING, .arg = "X",
-         .text = "evaluate and save a moving average of the weights with" MORE
-                 "decay X per step; 0 = the weights themselves [{}]",
-         .deflt = "auto", .note = ema_auto, .pretrain_deflt = "0"),
+        .note = wide_nb_auto),
+    SET("ema", "training.ema", BOTH, .section = S_TRAINING,
+        .text = "evaluate and save a moving average of the weights with" MORE
+                "decay X per step; 0 = the weights themselves [{}]",
+        .note = ema_auto, .pretrain_deflt = "0"),
     INT("max-steps", OPT_MAX_STEPS, 0, LONG_MAX, "an integer >= 0", TO_NONE, 0, RESUME_OK,
         .section = S_TRAINING, .arg = "N",
         .text = "stop after N steps in all, 0 = no limit; the schedule still" MORE
@@ -272,51 +279,46 @@ static const option_spec OPTIONS[] = {
     INT("threads", OPT_THREADS, 1, 4096, "an integer from 1 to 4096", TO_NONE, 0, RESUME_OK,
         .section = S_TRAINING, .arg = "N", .text = "threads to use [{}]", .deflt = "all cores"),
     /* Model and tokenizer */
-    SET("layers", OPT_LAYERS, "model.n_layers", BOTH, .section = S_MODEL, .arg = "N", .text = "encoder layers [{}]"),
-    SET("d-model", OPT_D_MODEL, "model.d_model", BOTH, .section = S_MODEL, .arg = "N", .text = "model width [{}]"),
-    SET("heads", OPT_HEADS, "model.n_heads", BOTH, .section = S_MODEL, .arg = "N", .text = "attention heads, dividing --d-model [{}]"),
-    SET("ff", OPT_FF, "model.d_ff", BOTH,
-        .section = S_MODEL, .arg = "N", .text = "feed-forward width [{}]"),
-    SET("dropout", OPT_DROPOUT, "model.dropout", BOTH, .section = S_MODEL, .arg = "X",
-         .text = "dropout probability, 0 <= X < 1 [{}]"),
-    NAME("pooling", OPT_POOLING, ac_pooling_names, TO_INT, AT(model.pooling), BOTH,
-         .section = S_MODEL, .arg = "NAME", .text = "{names} [{}]",
-         .pretrain_text = "cls: the vocabulary gets <cls> and every text starts with it" MORE
-                          "(for a classifier that pools from it); max" MORE
-                          "or mean: it does not [{}]"),
-    NAME("positions", OPT_POSITIONS, ac_positions_names, TO_INT, AT(model.positions), BOTH,
-         .section = S_MODEL, .arg = "NAME",
-         .text = "learned, sinusoidal (the course's fixed table) or none [{}]"),
-    SET("ngrams", OPT_NGRAMS, "model.ngram_order", BOTH,
-        .section = S_MODEL, .arg = "N",
+    SET("layers", "model.n_layers", BOTH, .section = S_MODEL, .text = "encoder layers [{}]"),
+    SET("d-model", "model.d_model", BOTH, .section = S_MODEL, .text = "model width [{}]"),
+    SET("heads", "model.n_heads", BOTH, .section = S_MODEL,
+        .text = "attention heads, dividing --d-model [{}]"),
+    SET("ff", "model.d_ff", BOTH, .section = S_MODEL, .text = "feed-forward width [{}]"),
+    SET("dropout", "model.dropout", BOTH, .section = S_MODEL,
+        .text = "dropout probability, 0 <= X < 1 [{}]"),
+    SET("pooling", "model.pooling", BOTH, .section = S_MODEL, .text = "{names} [{}]",
+        .pretrain_text = "cls: the vocabulary gets <cls> and every text starts with it" MORE
+                         "(for a classifier that pools from it); max" MORE
+                         "or mean: it does not [{}]"),
+    SET("positions", "model.positions", BOTH, .section = S_MODEL,
+        .text = "{names};" MORE "sinusoidal: the course's fixed table [{}]"),
+    SET("ngrams", "model.ngram_order", BOTH, .section = S_MODEL,
         .text = "1: words only; 2: + hashed word bigrams; 3: + trigrams [{}]"),
-    SET("ngram-buckets", OPT_NGRAM_BUCKETS, "model.ngram_buckets", BOTH, .section = S_MODEL, .arg = "N",
+    SET("ngram-buckets", "model.ngram_buckets", BOTH, .section = S_MODEL,
         .text = "rows of the hashed n-gram table, with --ngrams 2 or 3 [{}]"),
-    SET("wide", OPT_WIDE, "model.wide_order", TRAIN_ONLY,
-        .section = S_MODEL, .arg = "N",
+    SET("wide", "model.wide_order", TRAIN_ONLY, .section = S_MODEL,
         .text = "the wide path: a weight per class for each distinct" MORE
                 "hashed word n-gram up to length N, added to the" MORE "logits; 0: none [{}]",
-        .deflt = "auto", .note = wide_auto),
-    SET("wide-buckets", OPT_WIDE_BUCKETS, "model.wide_buckets", TRAIN_ONLY, .section = S_MODEL, .arg = "N",
+        .note = wide_auto),
+    SET("wide-buckets", "model.wide_buckets", TRAIN_ONLY, .section = S_MODEL,
         .text = "rows of the wide path's hashed table [{}]"),
-    SET("wide-norm", OPT_WIDE_NORM, "model.wide_norm", TRAIN_ONLY, .section = S_MODEL, .arg = "X",
-         .text = "the wide path's sum times (" STR(AC_WIDE_NORM_REF) " / max(n, " STR(
-             AC_WIDE_NORM_FLOOR) "))^X for a" MORE
-                 "text of n distinct n-grams, so that short texts count;" MORE
-                 "0: the plain sum [{}]"),
-    SET("max-len", OPT_MAX_LEN, "model.max_len", BOTH, .section = S_MODEL, .arg = "N",
+    SET("wide-norm", "model.wide_norm", TRAIN_ONLY, .section = S_MODEL,
+        .text = "the wide path's sum times (" STR(AC_WIDE_NORM_REF) " / max(n, " STR(
+                    AC_WIDE_NORM_FLOOR) "))^X for a" MORE
+                "text of n distinct n-grams, so that short texts count;" MORE
+                "0: the plain sum [{}]"),
+    SET("max-len", "model.max_len", BOTH, .section = S_MODEL,
         .text = "tokens per review, longer ones are truncated [{}]",
         .pretrain_text = "tokens per text, longer ones are truncated [{}]"),
-    NAME("truncation", OPT_TRUNCATION, ac_truncation_names, TO_INT, AT(tokenizer.truncation),
-         BOTH, .section = S_MODEL, .arg = "NAME",
-         .text = "{names}: which tokens a long review keeps [{}]",
-         .pretrain_text = "{names}: which tokens a long text keeps [{}]"),
+    SET("truncation", "tokenizer.truncation", BOTH, .section = S_MODEL,
+        .text = "{names}: which tokens a long review keeps [{}]",
+        .pretrain_text = "{names}: which tokens a long text keeps [{}]"),
     /* sets training.vocab_max, and model.vocab_size with it (train_apply_overrides) */
-    SET("vocab-size", OPT_VOCAB_SIZE, "training.vocab_max", BOTH, .section = S_MODEL, .arg = "N",
+    SET("vocab-size", "training.vocab_max", BOTH, .section = S_MODEL,
         .text = "vocabulary size including <pad>, <unk> (and <cls>) [{}]",
         .pretrain_text = "vocabulary size including <pad>, <unk> (and <cls>, <mask>) [{}]"),
-    SET("min-count", OPT_MIN_COUNT, "training.min_count", BOTH, .section = S_MODEL, .arg = "N",
-        .text = "minimum count of a vocabulary token [{}]", .deflt = "auto",
+    SET("min-count", "training.min_count", BOTH, .section = S_MODEL,
+        .text = "minimum count of a vocabulary token [{}]",
         .note = min_count_auto, .pretrain_deflt = STR(AC_ADAPT_LONG_MIN_COUNT)),
     /* Output */
     FLAG("quiet", OPT_QUIET, RESUME_OK, .short_name = 'q', .section = S_OUTPUT,
@@ -326,13 +328,54 @@ static const option_spec OPTIONS[] = {
 };
 
 #define N_OPTIONS ((int)(sizeof OPTIONS / sizeof OPTIONS[0]))
+_Static_assert(sizeof OPTIONS / sizeof OPTIONS[0] <= TRAIN_MAX_OPTIONS,
+               "train_args has a value for every row of OPTIONS");
 
-static const option_spec *option_spec_of(int id)
+/* getopt's code of row k: its id, or for a row without one (a setting)
+ * OPT_END + k. */
+static int getopt_code(int k)
+{
+    return OPTIONS[k].id ? OPTIONS[k].id : OPT_END + k;
+}
+
+/* The row getopt's code (or short name) c stands for, or -1. */
+static int row_of_code(int c)
+{
+    if (c >= OPT_END && c < OPT_END + N_OPTIONS)
+        return c - OPT_END;
+    for (int k = 0; k < N_OPTIONS; k++)
+        if (OPTIONS[k].id ? OPTIONS[k].id == c : 0)
+            return k;
+    for (int k = 0; k < N_OPTIONS; k++)
+        if (c < 256 && OPTIONS[k].help.short_name == c)
+            return k;
+    return -1;
+}
+
+/* Where row k's value is: by id, or by row for a setting. */
+static opt_value *value_of(train_args *a, int k)
+{
+    return OPTIONS[k].id ? &a->v[OPTIONS[k].id] : &a->setting[k];
+}
+
+static const opt_value *given_value(const train_args *a, int k)
+{
+    return OPTIONS[k].id ? &a->v[OPTIONS[k].id] : &a->setting[k];
+}
+
+const opt_value *train_setting(const train_args *a, const char *key)
 {
     for (int k = 0; k < N_OPTIONS; k++)
-        if (OPTIONS[k].id == id)
-            return &OPTIONS[k];
+        if (OPTIONS[k].key && strcmp(OPTIONS[k].key, key) == 0)
+            return &a->setting[k];
     return NULL;
+}
+
+/* Whether the option that sets key was given. */
+static int given(const train_args *a, const char *key)
+{
+    const opt_value *x = train_setting(a, key);
+    return x && x->set;
 }
 
 /* A bound in a usage error: 10^k for large powers of ten. */
@@ -346,46 +389,61 @@ static void bound_words(char *out, size_t n, double x, int integer)
 }
 
 /* A row as the parser and the help use it: for a setting (V_SETTING), the
- * kind, range, words, field and type of its config.json key, so that an
- * option and its key take the same values. */
+ * kind, values (a range or names), words, field and type of its
+ * config.json key, and whether it takes "auto", so that an option and its
+ * key take the same values. */
 typedef struct {
     option_spec o;
-    char words[96];
+    int auto_ok;
+    char words[112];
 } resolved_option;
 
 static int resolve(const option_spec *row, resolved_option *r)
 {
     r->o = *row;
+    r->auto_ok = 0;
     if (row->kind != V_SETTING)
         return 0;
     ac_setting st;
     if (ac_config_setting(row->key, &st))
         return -1;
+    option_spec *o = &r->o;
+    o->field = st.offset;
+    r->auto_ok = st.auto_ok;
+    if (st.type == AC_SETTING_NAME) {
+        o->kind = V_NAME;
+        o->names = st.names;
+        o->to = TO_INT; /* an enum is stored as an int */
+        if (!o->help.arg)
+            o->help.arg = "NAME";
+        return 0;
+    }
     static const target to[] = {[AC_SETTING_INT] = TO_INT,     [AC_SETTING_I32] = TO_I32,
                                 [AC_SETTING_LONG] = TO_LONG,   [AC_SETTING_I64] = TO_I64,
                                 [AC_SETTING_FLOAT] = TO_FLOAT, [AC_SETTING_DOUBLE] = TO_DOUBLE};
     const int integer = st.type != AC_SETTING_FLOAT && st.type != AC_SETTING_DOUBLE;
-    option_spec *o = &r->o;
     o->to = to[st.type];
-    o->field = st.offset;
     o->open = (st.lo_open ? LO_OPEN : 0) | (st.hi_open ? HI_OPEN : 0);
+    if (!o->help.arg)
+        o->help.arg = integer ? (st.auto_ok ? "N|auto" : "N") : (st.auto_ok ? "X|auto" : "X");
     char lo[32], hi[32];
     bound_words(lo, sizeof lo, st.lo, integer);
     bound_words(hi, sizeof hi, st.hi, integer);
+    const char *or_auto = st.auto_ok ? ", or auto" : "";
     if (integer) {
         o->kind = V_INT;
         o->ilo = (long)st.lo;
         o->ihi = (long)st.hi;
-        snprintf(r->words, sizeof r->words, "an integer from %s to %s", lo, hi);
+        snprintf(r->words, sizeof r->words, "an integer from %s to %s%s", lo, hi, or_auto);
     } else {
         o->kind = V_REAL;
         o->lo = st.lo;
         o->hi = st.hi;
         if (o->open)
-            snprintf(r->words, sizeof r->words, "a number with %s %s X %s %s", lo,
-                     st.lo_open ? "<" : "<=", st.hi_open ? "<" : "<=", hi);
+            snprintf(r->words, sizeof r->words, "a number with %s %s X %s %s%s", lo,
+                     st.lo_open ? "<" : "<=", st.hi_open ? "<" : "<=", hi, or_auto);
         else
-            snprintf(r->words, sizeof r->words, "a number from %s to %s", lo, hi);
+            snprintf(r->words, sizeof r->words, "a number from %s to %s%s", lo, hi, or_auto);
     }
     o->expected = r->words;
     return 0;
@@ -396,26 +454,28 @@ static int shown_in(const option_spec *o, cli_training_kind kind)
     return o->help.text && !(o->flags & (kind == CLI_PRETRAIN ? TRAIN_ONLY : PRETRAIN_ONLY));
 }
 
-/* The default of o in words, from the preset d (pretrain's own where it has them). */
-static void default_words(const option_spec *o, cli_training_kind kind, const ac_config *d,
-                          char *out, size_t n)
+/* The value of the field r sets (or, for a row that sets none, the field
+ * its help shows) in c, in words: "auto" for AC_AUTO where the key takes it. */
+static void value_words(const resolved_option *r, const ac_config *c, char *out, size_t n)
 {
-    const option_help *h = &o->help;
-    const char *words = kind == CLI_PRETRAIN && h->pretrain_deflt ? h->pretrain_deflt : h->deflt;
-    if (words) {
-        snprintf(out, n, "%s", words);
-        return;
-    }
-    resolved_option r;
-    if (resolve(o, &r)) {
-        snprintf(out, n, "?");
-        return;
-    }
-    const size_t at = r.o.to == TO_NONE ? h->shown : r.o.field;
-    const int as = r.o.to == TO_NONE ? h->shown_as : (int)r.o.to;
-    const void *field = (const char *)d + at;
+    const option_spec *o = &r->o;
+    const size_t at = o->to == TO_NONE ? o->help.shown : o->field;
+    const int as = o->to == TO_NONE ? o->help.shown_as : (int)o->to;
+    const void *field = (const char *)c + at;
     if (o->kind == V_NAME) {
         snprintf(out, n, "%s", ac_names_name(o->names, *(const int *)field));
+        return;
+    }
+    int is_auto = 0;
+    switch (as) {
+    case TO_INT: is_auto = *(const int *)field == AC_AUTO; break;
+    case TO_I64: is_auto = *(const int64_t *)field == AC_AUTO; break;
+    case TO_FLOAT: is_auto = *(const float *)field == AC_AUTO; break;
+    case TO_DOUBLE: is_auto = *(const double *)field == AC_AUTO; break;
+    default: break;
+    }
+    if (r->auto_ok && is_auto) {
+        snprintf(out, n, "auto");
         return;
     }
     switch (as) {
@@ -428,6 +488,33 @@ static void default_words(const option_spec *o, cli_training_kind kind, const ac
     case TO_U64: snprintf(out, n, "%llu", (unsigned long long)*(const uint64_t *)field); break;
     default: snprintf(out, n, "?"); break;
     }
+}
+
+/* Bytes of a field of the given type. */
+static size_t field_size(target to)
+{
+    switch (to) {
+    case TO_INT: return sizeof(int);
+    case TO_I32: return sizeof(int32_t);
+    case TO_LONG: return sizeof(long);
+    case TO_I64: return sizeof(int64_t);
+    case TO_FLOAT: return sizeof(float);
+    case TO_DOUBLE: return sizeof(double);
+    case TO_U64: return sizeof(uint64_t);
+    default: return 0;
+    }
+}
+
+/* The default of r in words, from the preset d (pretrain's own where it has them). */
+static void default_words(const resolved_option *r, cli_training_kind kind, const ac_config *d,
+                          char *out, size_t n)
+{
+    const option_help *h = &r->o.help;
+    const char *words = kind == CLI_PRETRAIN && h->pretrain_deflt ? h->pretrain_deflt : h->deflt;
+    if (words)
+        snprintf(out, n, "%s", words);
+    else
+        value_words(r, d, out, n);
 }
 
 /* The text with "{}" as the default and "{names}" as the list of names. */
@@ -447,7 +534,7 @@ static void print_text(const char *text, const char *deflt, const ac_names *name
     }
 }
 
-/* "  -o, --out DIR" or "      --epochs N" */
+/* "  -o, --out DIR" or "      --epochs N|auto" */
 static int option_label(const option_spec *o, char *out, size_t n)
 {
     const option_help *h = &o->help;
@@ -458,7 +545,8 @@ static int option_label(const option_spec *o, char *out, size_t n)
                     h->arg ? h->arg : "");
 }
 
-/* Every section of the options of train or pretrain, from OPTIONS. */
+/* Every section of the options of train or pretrain, from OPTIONS (each
+ * checked by train_parse_args to resolve). */
 static void print_options(cli_training_kind kind)
 {
     ac_config d;
@@ -466,29 +554,32 @@ static void print_options(cli_training_kind kind)
     for (int s = 0; s < N_SECTIONS; s++) {
         int printed = 0;
         for (int k = 0; k < N_OPTIONS; k++) {
-            const option_spec *o = &OPTIONS[k];
-            const option_help *h = &o->help;
-            if (h->section != s || !shown_in(o, kind))
+            resolved_option r;
+            if (OPTIONS[k].help.section != s || !shown_in(&OPTIONS[k], kind) ||
+                resolve(&OPTIONS[k], &r))
                 continue;
+            const option_spec *o = &r.o;
+            const option_help *h = &o->help;
             if (!printed++)
                 printf("%s\n", SECTION_TITLE[s]);
             char label[160], deflt[64];
             int len = option_label(o, label, sizeof label);
-            default_words(o, kind, &d, deflt, sizeof deflt);
-            const option_spec *next = k + 1 < N_OPTIONS ? &OPTIONS[k + 1] : NULL;
-            if (h->join && next && shown_in(next, kind)) {
+            default_words(&r, kind, &d, deflt, sizeof deflt);
+            resolved_option next;
+            if (h->join && k + 1 < N_OPTIONS && shown_in(&OPTIONS[k + 1], kind) &&
+                resolve(&OPTIONS[k + 1], &next) == 0) {
                 /* "--crop-min N, --crop-max N" above their one text */
                 char next_label[160], next_deflt[64], both[140];
-                option_label(next, next_label, sizeof next_label);
-                default_words(next, kind, &d, next_deflt, sizeof next_deflt);
+                option_label(&next.o, next_label, sizeof next_label);
+                default_words(&next, kind, &d, next_deflt, sizeof next_deflt);
                 snprintf(both, sizeof both, "%s, %s", deflt, next_deflt);
                 printf("%s, %s" MORE, label, next_label + 6);
-                print_text(next->help.text, both, next->names);
+                print_text(next.o.help.text, both, next.o.names);
                 putchar('\n');
                 k++;
                 continue;
             }
-            printf("%s%*s", label, len < 25 ? 25 - len : 2, "");
+            printf("%s%*s", label, len < 24 ? 25 - len : 2, "");
             print_text(kind == CLI_PRETRAIN && h->pretrain_text ? h->pretrain_text : h->text,
                        deflt, o->names);
             if (h->note && !(kind == CLI_PRETRAIN && h->pretrain_deflt)) {
@@ -534,31 +625,31 @@ void cli_print_options(cli_training_kind kind)
            kind == CLI_PRETRAIN ? "pretrain" : "train");
 }
 
-static const char *option_name(int id)
+static int bad_value(const char *cmd, const char *name, const char *arg, const char *expected)
 {
-    const option_spec *o = option_spec_of(id);
-    return o ? o->name : "?";
+    return cli_usage_error(cmd, "--%s: invalid value '%s' (expected %s)", name, arg, expected);
 }
 
-static int bad_value(const char *cmd, int id, const char *arg, const char *expected)
-{
-    return cli_usage_error(cmd, "--%s: invalid value '%s' (expected %s)", option_name(id), arg,
-                           expected);
-}
-
-/* Validates one option's value into a->v[id]. Returns 0 or a usage exit status. */
-static int parse_value(train_args *a, int id, const char *arg)
+/* Validates row k's value into its place in a. Returns 0 or a usage exit status. */
+static int parse_value(train_args *a, int k, const char *arg)
 {
     resolved_option r;
-    if (resolve(option_spec_of(id), &r))
-        return cli_error("internal: --%s names no config.json key", option_name(id));
+    if (resolve(&OPTIONS[k], &r))
+        return cli_error("internal: --%s names no config.json key", OPTIONS[k].name);
     const option_spec *o = &r.o;
-    opt_value *v = &a->v[id];
+    opt_value *v = value_of(a, k);
     long i;
     double d;
     int n;
     v->set = 1;
     v->s = arg;
+    if (r.auto_ok && strcmp(arg, "auto") == 0) {
+        /* stored as config.json's "auto" is: the trainer chooses */
+        v->is_auto = 1;
+        v->i = AC_AUTO;
+        v->d = AC_AUTO;
+        return 0;
+    }
     switch (o->kind) {
     case V_FLAG:
         break;
@@ -568,41 +659,36 @@ static int parse_value(train_args *a, int id, const char *arg)
         break;
     case V_INT:
         if (cli_parse_int(arg, o->ilo, o->ihi, &i))
-            return bad_value(a->cmd, id, arg, o->expected);
+            return bad_value(a->cmd, o->name, arg, o->expected);
         v->i = i;
         break;
     case V_REAL:
         if (cli_parse_double(arg, o->lo, o->hi, &d) || ((o->open & LO_OPEN) && !(d > o->lo)) ||
             ((o->open & HI_OPEN) && !(d < o->hi)))
-            return bad_value(a->cmd, id, arg, o->expected);
+            return bad_value(a->cmd, o->name, arg, o->expected);
         v->d = d;
         break;
     case V_NAME: {
         char names[160];
         if (ac_names_parse(o->names, arg, &n))
-            return bad_value(a->cmd, id, arg, ac_names_list(o->names, 0, names, sizeof names));
+            return bad_value(a->cmd, o->name, arg,
+                             ac_names_list(o->names, 0, names, sizeof names));
         v->i = n;
         break;
     }
     case V_SEED:
         if (cli_parse_u64(arg, &v->u))
-            return bad_value(a->cmd, id, arg, o->expected);
+            return bad_value(a->cmd, o->name, arg, o->expected);
         break;
     case V_WARMUP:
         if (cli_parse_double(arg, o->lo, o->hi, &d) || (d >= 1 && d != floor(d)))
-            return bad_value(a->cmd, id, arg, o->expected);
+            return bad_value(a->cmd, o->name, arg, o->expected);
         v->d = d;
         break;
-    case V_SETTING: /* resolved to V_INT or V_REAL */
+    case V_SETTING: /* resolved to V_INT, V_REAL or V_NAME */
         break;
     }
     return 0;
-}
-
-static int has_flag(int id, unsigned flag)
-{
-    const option_spec *o = option_spec_of(id);
-    return o && (o->flags & flag);
 }
 
 int train_parse_args(train_args *a, cli_training_kind kind, int argc, char **argv)
@@ -613,7 +699,7 @@ int train_parse_args(train_args *a, cli_training_kind kind, int argc, char **arg
     for (int k = 0; k < N_OPTIONS; k++) {
         resolved_option r;
         if (resolve(&OPTIONS[k], &r))
-            return cli_error("internal: --%s names no numeric config.json key (%s)",
+            return cli_error("internal: --%s names no numeric or enum config.json key (%s)",
                              OPTIONS[k].name, OPTIONS[k].key);
     }
     optind = 0; /* GNU: full reinitialisation */
@@ -623,7 +709,7 @@ int train_parse_args(train_args *a, cli_training_kind kind, int argc, char **arg
         long_options[k] = (struct option){OPTIONS[k].name,
                                           OPTIONS[k].kind == V_FLAG ? no_argument
                                                                     : required_argument,
-                                          NULL, OPTIONS[k].id};
+                                          NULL, getopt_code(k)};
     long_options[N_OPTIONS] = (struct option){NULL, 0, NULL, 0};
     char short_options[2 * N_OPTIONS + 2] = ":"; /* ":o:c:qh" */
     for (int k = 0, n = 1; k < N_OPTIONS; k++) {
@@ -634,12 +720,10 @@ int train_parse_args(train_args *a, cli_training_kind kind, int argc, char **arg
             short_options[n++] = ':';
         short_options[n] = '\0';
     }
+    const unsigned other_only = kind == CLI_PRETRAIN ? TRAIN_ONLY : PRETRAIN_ONLY;
     int c;
     while ((c = getopt_long(argc, argv, short_options, long_options, NULL)) != -1) {
         int rc;
-        for (int k = 0; k < N_OPTIONS; k++)
-            if (c < 256 && OPTIONS[k].help.short_name == c)
-                c = OPTIONS[k].id;
         switch (c) {
         case ':':
             return cli_usage_error(a->cmd, "option '%s' needs a value", argv[optind - 1]);
@@ -649,14 +733,13 @@ int train_parse_args(train_args *a, cli_training_kind kind, int argc, char **arg
             return cli_usage_error(a->cmd, "unknown option '%s'", argv[optind - 1]);
         default: break;
         }
-        if (has_flag(c, kind == CLI_PRETRAIN ? TRAIN_ONLY : PRETRAIN_ONLY))
+        const int k = row_of_code(c);
+        if (k < 0)
+            return cli_error("internal: getopt returned %d", c);
+        if (OPTIONS[k].flags & other_only)
             return cli_usage_error(a->cmd, "--%s is an option of attnctl %s only",
-                                   option_name(c), kind == CLI_PRETRAIN ? "train" : "pretrain");
-        if (c == OPT_QUIET || c == OPT_HELP || c == OPT_KEEP_CHECKPOINT) {
-            a->v[c].set = 1;
-            continue;
-        }
-        if ((rc = parse_value(a, c, optarg)) != 0)
+                                   OPTIONS[k].name, kind == CLI_PRETRAIN ? "train" : "pretrain");
+        if ((rc = parse_value(a, k, optarg)) != 0)
             return rc;
     }
     if (a->v[OPT_HELP].set)
@@ -670,12 +753,12 @@ int train_parse_args(train_args *a, cli_training_kind kind, int argc, char **arg
     if (n_pos >= 1)
         a->train_path = argv[optind];
     if (a->v[OPT_RESUME].set) {
-        for (int id = OPT_CONFIG; id < OPT_END; id++)
-            if (a->v[id].set && !has_flag(id, RESUME_OK))
+        for (int k = 0; k < N_OPTIONS; k++)
+            if (given_value(a, k)->set && !(OPTIONS[k].flags & RESUME_OK))
                 return cli_usage_error(a->cmd,
                                        "--%s cannot be combined with --resume (a resumed run "
                                        "keeps the settings of its checkpoint)",
-                                       option_name(id));
+                                       OPTIONS[k].name);
         if (a->v[OPT_OUT].set && strcmp(a->v[OPT_OUT].s, a->v[OPT_RESUME].s) != 0)
             return cli_usage_error(a->cmd, "--out and --resume name different directories");
         return 0;
@@ -705,7 +788,7 @@ void train_apply_overrides(ac_config *c, const train_args *a)
     ac_train_config *t = &c->training;
     for (int k = 0; k < N_OPTIONS; k++) {
         resolved_option r;
-        const opt_value *x = &v[OPTIONS[k].id];
+        const opt_value *x = given_value(a, k);
         if (!x->set || resolve(&OPTIONS[k], &r)) /* parse_value resolved it */
             continue;
         const option_spec *o = &r.o;
@@ -729,9 +812,8 @@ void train_apply_overrides(ac_config *c, const train_args *a)
             t->optim.warmup_steps = (long)v[OPT_WARMUP].d;
         }
     }
-    if (v[OPT_VOCAB_SIZE].set) {
-        c->model.vocab_size = (int)t->vocab_max; /* the table set training.vocab_max */
-    }
+    if (given(a, "training.vocab_max"))
+        c->model.vocab_size = (int)t->vocab_max; /* --vocab-size sets both */
     if (a->kind == CLI_PRETRAIN) {
         /* What pretraining does not use is 0 in its config.json; its
          * evaluation defaults are its own (see PRETRAIN_*). */
@@ -739,61 +821,43 @@ void train_apply_overrides(ac_config *c, const train_args *a)
         t->label_smoothing = 0.0f;
         t->token_dropout = 0.0f;
         t->members = 1; /* one encoder: a weight average is a classifier's */
-        if (!v[OPT_EMA].set)
+        if (!given(a, "training.ema"))
             t->ema = 0.0f; /* the weight average is measured for classifiers only */
         c->model.wide_order = 0; /* a classifier's head: the fine-tuning run's choice */
         c->model.wide_buckets = 0;
         c->model.wide_norm = 0.0f;
-        if (!v[OPT_VAL_SPLIT].set) t->val_split = PRETRAIN_VAL_SPLIT;
-        if (!v[OPT_EVAL_EVERY].set) t->eval_every = PRETRAIN_EVAL_EVERY;
-        if (!v[OPT_PATIENCE].set) t->patience = 0;
+        if (!given(a, "training.val_split")) t->val_split = PRETRAIN_VAL_SPLIT;
+        if (!given(a, "training.eval_every")) t->eval_every = PRETRAIN_EVAL_EVERY;
+        if (!given(a, "training.patience")) t->patience = 0;
     }
 }
 
-/* train --init DIR: the encoder's shape, vocabulary and tokenizer are DIR's.
- * An option that sets one of them to something else is a usage error; the
- * preset's values are simply replaced. */
+/* train --init DIR: the encoder's shape, vocabulary and tokenizer are DIR's
+ * (ac_train_init_config). An option whose value that replaces is a usage
+ * error; the preset's values are simply replaced. */
 int train_apply_init(ac_config *c, const train_args *a)
 {
     ac_config wanted = *c; /* shallow: labels are not touched */
     ac_err err;
     if (ac_train_init_config(c, a->v[OPT_INIT].s, &err))
         return cli_error("%s", err.msg);
-    static const struct {
-        int option;
-        const char *field;
-        size_t offset; /* of an int in ac_config */
-    } shape[] = {
-        {OPT_D_MODEL, "d_model", offsetof(ac_config, model.d_model)},
-        {OPT_LAYERS, "n_layers", offsetof(ac_config, model.n_layers)},
-        {OPT_HEADS, "n_heads", offsetof(ac_config, model.n_heads)},
-        {OPT_FF, "d_ff", offsetof(ac_config, model.d_ff)},
-        {OPT_VOCAB_SIZE, "vocab_size", offsetof(ac_config, model.vocab_size)},
-        {OPT_MAX_LEN, "max_len", offsetof(ac_config, model.max_len)},
-        {OPT_NGRAMS, "ngram_order", offsetof(ac_config, model.ngram_order)},
-        {OPT_NGRAM_BUCKETS, "ngram_buckets", offsetof(ac_config, model.ngram_buckets)},
-        {OPT_POSITIONS, "positions", offsetof(ac_config, model.positions)},
-        {OPT_TRUNCATION, "truncation", offsetof(ac_config, tokenizer.truncation)},
-    };
-    for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++) {
-        int want = *(const int *)(const void *)((const char *)&wanted + shape[i].offset);
-        int have = *(const int *)(const void *)((const char *)c + shape[i].offset);
-        if (!a->v[shape[i].option].set || want == have)
+    for (int k = 0; k < N_OPTIONS; k++) {
+        resolved_option r;
+        const opt_value *x = given_value(a, k);
+        if (!x->set || !OPTIONS[k].key || resolve(&OPTIONS[k], &r))
             continue;
-        char value[32];
-        if (shape[i].option == OPT_POSITIONS)
-            snprintf(value, sizeof value, "%s", ac_positions_name((ac_positions)have));
-        else if (shape[i].option == OPT_TRUNCATION)
-            snprintf(value, sizeof value, "%s", ac_truncation_name((ac_truncation)have));
-        else
-            snprintf(value, sizeof value, "%d", have);
+        if (memcmp((const char *)&wanted + r.o.field, (const char *)c + r.o.field,
+                   field_size(r.o.to)) == 0)
+            continue;
+        char have[64];
+        value_words(&r, c, have, sizeof have);
         return cli_usage_error("train",
                                "--%s %s contradicts the model in %s (%s %s): the encoder, its "
                                "vocabulary and tokenizer come from there",
-                               option_name(shape[i].option), a->v[shape[i].option].s,
-                               a->v[OPT_INIT].s, shape[i].field, value);
+                               OPTIONS[k].name, x->s, a->v[OPT_INIT].s, OPTIONS[k].key, have);
     }
-    if (a->v[OPT_MIN_COUNT].set)
+    const opt_value *min_count = train_setting(a, "training.min_count");
+    if (min_count && min_count->set && !min_count->is_auto)
         return cli_usage_error("train", "--min-count cannot be combined with --init (the "
                                         "vocabulary comes from %s)",
                                a->v[OPT_INIT].s);
