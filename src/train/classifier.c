@@ -59,37 +59,66 @@ int trainer_check_labelled(const ac_rawdata *d, const char *what, ac_err *err)
     return 0;
 }
 
+/* The classifier's own state (t->objective_state): what its evaluations
+ * need, made only with validation rows. */
+typedef struct {
+    ac_batch_plan span_plan; /* the validation rows cut to short spans */
+    int have_span_plan;
+    ac_infer infer;          /* the validation batches' forward, as the plan gives them */
+    int have_infer;
+    float *val_logits;       /* [n_val, C] raw logits of the last validation pass */
+    float *span_logits;      /* [n_val, C] logits of the short-span pass */
+    int32_t *labels;         /* [n_val] the validation labels in plan order */
+    ac_metrics metrics;      /* calibration of the validation rows at the fitted temperature */
+    int have_metrics;
+    float *probs, *scaled;   /* [C] scratch: probabilities, logits / temperature */
+    int64_t *predicted;      /* [C] predictions per class in one evaluation */
+} classifier_state;
+
+static classifier_state *state_of(const trainer *t)
+{
+    return t->objective_state;
+}
+
 /* The short spans of the validation rows and the buffers of an
  * evaluation: logits, labels, calibration. */
 static int classifier_setup_validation(trainer *t, ac_err *err)
 {
+    classifier_state *cs = calloc(1, sizeof *cs);
+    if (!cs)
+        return ac_err_set(err, "out of memory");
+    t->objective_state = cs; /* freed by classifier_free, also after a failure below */
     const ac_train_config *tc = &t->cfg.training;
     ac_crop_spec spans = {.frac = 1.0,
                           .min_len = SPAN_MIN_TOKENS,
                           .max_len = SPAN_MAX_TOKENS,
                           .keep_first = t->cfg.model.pooling == AC_POOL_CLS,
                           .key = ac_rng_key(tc->seed, STREAM_SPANS)};
-    if (ac_batch_plan_make_cropped(&t->span_plan, t->val_src, t->val_idx, t->n_val,
+    if (ac_batch_plan_make_cropped(&cs->span_plan, t->val_src, t->val_idx, t->n_val,
                                    tc->batch_size, 0, 0, &spans, err))
         return ac_err_prefix(err, "cutting the validation rows to short spans");
-    t->have_span_plan = 1;
+    cs->have_span_plan = 1;
+    /* the same rows in batches of the same size: t->eval_slots fits */
+    if (cs->span_plan.n_batches > t->val_plan.n_batches)
+        return ac_err_set(err, "internal: %lld span batches for %lld validation batches",
+                          (long long)cs->span_plan.n_batches, (long long)t->val_plan.n_batches);
     int C = t->cfg.model.n_classes;
-    if (ac_infer_init(&t->val_infer, tc->batch_size, t->cfg.model.max_len, C, AC_INFER_AS_GIVEN,
+    if (ac_infer_init(&cs->infer, tc->batch_size, t->cfg.model.max_len, C, AC_INFER_AS_GIVEN,
                       omp_get_max_threads(), err))
         return -1;
-    t->have_val_infer = 1;
-    t->val_logits = malloc((size_t)t->n_val * (size_t)C * sizeof *t->val_logits);
-    t->span_logits = malloc((size_t)t->n_val * (size_t)C * sizeof *t->span_logits);
-    t->val_labels = malloc((size_t)t->n_val * sizeof *t->val_labels);
-    t->val_probs = malloc((size_t)C * sizeof *t->val_probs);
-    t->val_scaled = malloc((size_t)C * sizeof *t->val_scaled);
-    t->val_predicted = malloc((size_t)C * sizeof *t->val_predicted);
-    if (!t->val_logits || !t->span_logits || !t->val_labels || !t->val_probs ||
-        !t->val_scaled || !t->val_predicted)
+    cs->have_infer = 1;
+    cs->val_logits = malloc((size_t)t->n_val * (size_t)C * sizeof *cs->val_logits);
+    cs->span_logits = malloc((size_t)t->n_val * (size_t)C * sizeof *cs->span_logits);
+    cs->labels = malloc((size_t)t->n_val * sizeof *cs->labels);
+    cs->probs = malloc((size_t)C * sizeof *cs->probs);
+    cs->scaled = malloc((size_t)C * sizeof *cs->scaled);
+    cs->predicted = malloc((size_t)C * sizeof *cs->predicted);
+    if (!cs->val_logits || !cs->span_logits || !cs->labels || !cs->probs || !cs->scaled ||
+        !cs->predicted)
         return ac_err_set(err, "out of memory for the validation logits");
-    if (ac_metrics_init(&t->val_metrics, C, t->n_val, err))
+    if (ac_metrics_init(&cs->metrics, C, t->n_val, err))
         return -1;
-    t->have_val_metrics = 1;
+    cs->have_metrics = 1;
     return 0;
 }
 /* Every rank gets the logits [rows, C] of every rank's share of the plan's
@@ -109,16 +138,17 @@ static int share_logits(trainer *t, const ac_batch_plan *plan, float *logits, ac
 
 /* Loss and accuracy over a plan of validation rows, no dropout, at
  * temperature 1 (the raw model; the temperature is fitted afterwards). The
- * logits land in logits [rows, C] in plan order (and the labels in
- * val_labels). Ranks share the batches and then their logits, and every
+ * logits land in logits [rows, C] in plan order (and the labels in the
+ * state's labels). Ranks share the batches and then their logits, and every
  * figure is computed from them in plan order, so it is the same bits for
  * any number of ranks. */
 static int evaluate_plan(trainer *t, const ac_batch_plan *plan, float *logits, double *val_loss,
                          double *val_accuracy, double *majority_share, ac_err *err)
 {
+    classifier_state *cs = state_of(t);
     ac_model *m = &t->model;
     ac_batch *b = &t->batch;
-    ac_infer *run = &t->val_infer;
+    ac_infer *run = &cs->infer;
     int C = t->cfg.model.n_classes;
     double *loss_of = t->eval_slots; /* [n_batches] */
     memset(loss_of, 0, (size_t)plan->n_batches * sizeof *loss_of);
@@ -155,10 +185,10 @@ static int evaluate_plan(trainer *t, const ac_batch_plan *plan, float *logits, d
         return -1;
     /* The labels in plan order (the same rows for the validation and span plans). */
     for (int64_t i = 0; i < plan->batch_start[plan->n_batches]; i++)
-        t->val_labels[i] = t->val_src->labels[plan->order[i]];
+        cs->labels[i] = t->val_src->labels[plan->order[i]];
     double loss_sum = 0;
     int64_t correct = 0, seen = 0;
-    int64_t *predicted = t->val_predicted; /* [C] counts */
+    int64_t *predicted = cs->predicted; /* [C] counts */
     memset(predicted, 0, (size_t)C * sizeof *predicted);
     for (int64_t i = 0; i < plan->n_batches; i++) {
         if (!isfinite(loss_of[i]))
@@ -172,7 +202,7 @@ static int evaluate_plan(trainer *t, const ac_batch_plan *plan, float *logits, d
             for (int c = 1; c < C; c++)
                 if (z[c] > z[best])
                     best = c;
-            correct += best == t->val_labels[seen];
+            correct += best == cs->labels[seen];
             predicted[best]++;
         }
     }
@@ -187,12 +217,13 @@ static int evaluate_plan(trainer *t, const ac_batch_plan *plan, float *logits, d
 
 /* Temperature scaling (one scalar, fitted on the validation logits just
  * computed) and the calibration it gives on those rows: ECE and the
- * reliability bins in t->val_metrics. The model and its config take the
+ * reliability bins in the state's metrics. The model and its config take the
  * temperature, so the saves that follow carry it. */
 static int calibrate(trainer *t, double *temperature, double *ece, ac_err *err)
 {
+    classifier_state *cs = state_of(t);
     int C = t->cfg.model.n_classes;
-    if (ac_temperature_fit(t->val_logits, t->val_labels, t->n_val, C, temperature, err))
+    if (ac_temperature_fit(cs->val_logits, cs->labels, t->n_val, C, temperature, err))
         return ac_err_prefix(err, "fitting the temperature on the validation rows");
     /* Too few rows, or rows the model separates perfectly (the fit then runs
      * to its lower bound and would only sharpen): keep the raw model. */
@@ -201,30 +232,33 @@ static int calibrate(trainer *t, double *temperature, double *ece, ac_err *err)
     float temp = (float)*temperature;
     t->cfg.model.temperature = temp;
     t->model.cfg.temperature = temp;
-    ac_metrics_reset(&t->val_metrics);
+    ac_metrics_reset(&cs->metrics);
     for (int64_t i = 0; i < t->n_val; i++) {
-        const float *z = t->val_logits + (size_t)i * (size_t)C;
+        const float *z = cs->val_logits + (size_t)i * (size_t)C;
         for (int c = 0; c < C; c++)
-            t->val_scaled[c] = z[c] / temp;
-        softmax_rows(t->val_probs, t->val_scaled, 1, C);
-        int pred = ac_argmax(t->val_probs, C);
-        if (ac_metrics_add(&t->val_metrics, t->val_labels[i], pred, t->val_probs, 0.0, err))
+            cs->scaled[c] = z[c] / temp;
+        softmax_rows(cs->probs, cs->scaled, 1, C);
+        int pred = ac_argmax(cs->probs, C);
+        if (ac_metrics_add(&cs->metrics, cs->labels[i], pred, cs->probs, 0.0, err))
             return -1;
     }
-    *ece = ac_metrics_ece(&t->val_metrics);
+    *ece = ac_metrics_ece(&cs->metrics);
     return 0;
 }
 
 int trainer_write_calibration_svg(const trainer *t, double temperature, ac_err *err)
 {
+    const classifier_state *cs = state_of(t);
     if (!t->writer)
         return 0;
+    if (!cs || !cs->have_metrics)
+        return ac_err_set(err, "internal: a reliability diagram without validation rows");
     ac_reliability r;
-    if (ac_metrics_reliability(&t->val_metrics, &r, err))
+    if (ac_metrics_reliability(&cs->metrics, &r, err))
         return -1;
     char title[128];
     snprintf(title, sizeof title, "Validation, temperature %.3g", temperature);
-    char *svg = ac_calibration_svg(&r, ac_metrics_ece(&t->val_metrics), (long)t->n_val, title);
+    char *svg = ac_calibration_svg(&r, ac_metrics_ece(&cs->metrics), (long)t->n_val, title);
     if (!svg)
         return ac_err_set(err, "out of memory");
     int rc = ac_write_file_atomic(t->calibration_path, svg, strlen(svg), err);
@@ -240,10 +274,11 @@ static int classifier_evaluate(trainer *t, ac_metric_point *p, ac_err *err)
     double span_loss, val_majority;
     if (t->n_val == 0)
         return 0;
-    int rc = evaluate_plan(t, &t->val_plan, t->val_logits, &p->val_loss, &p->val_accuracy,
+    classifier_state *cs = state_of(t);
+    int rc = evaluate_plan(t, &t->val_plan, cs->val_logits, &p->val_loss, &p->val_accuracy,
                            &val_majority, err);
     if (rc == 0)
-        rc = evaluate_plan(t, &t->span_plan, t->span_logits, &span_loss, &p->span_accuracy,
+        rc = evaluate_plan(t, &cs->span_plan, cs->span_logits, &span_loss, &p->span_accuracy,
                            &p->span_majority, err);
     if (rc == 0 && calibrate(t, &p->temperature, &p->val_ece, err))
         rc = -1;
@@ -318,9 +353,23 @@ static void classifier_backward(trainer *t, int mean_rows)
 
 static void classifier_free(trainer *t)
 {
-    if (t->have_val_infer)
-        ac_infer_free(&t->val_infer);
-    t->have_val_infer = 0;
+    classifier_state *cs = state_of(t);
+    if (!cs)
+        return;
+    if (cs->have_span_plan)
+        ac_batch_plan_free(&cs->span_plan);
+    if (cs->have_infer)
+        ac_infer_free(&cs->infer);
+    free(cs->val_logits);
+    free(cs->span_logits);
+    free(cs->labels);
+    free(cs->probs);
+    free(cs->scaled);
+    free(cs->predicted);
+    if (cs->have_metrics)
+        ac_metrics_free(&cs->metrics);
+    free(cs);
+    t->objective_state = NULL;
 }
 
 /* The best model was saved: its reliability diagram. With members, the

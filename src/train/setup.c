@@ -392,9 +392,8 @@ static int setup_micro_batches(trainer *t, ac_err *err)
                           t->micro_batch, t->max_micro, t->max_micro == 1 ? "" : "es");
     t->step_slots = calloc((size_t)t->max_micro + 3, sizeof *t->step_slots);
     t->micro_weights = calloc((size_t)t->max_micro, sizeof *t->micro_weights);
-    int64_t val_batches = t->have_val_plan ? t->val_plan.n_batches : 0;
-    int64_t span_batches = t->have_span_plan ? t->span_plan.n_batches : 0;
-    int64_t most = val_batches > span_batches ? val_batches : span_batches;
+    /* an evaluation pass has at most the validation plan's batches */
+    int64_t most = t->have_val_plan ? t->val_plan.n_batches : 0;
     t->eval_slots = calloc(3 * (size_t)(most > 0 ? most : 1), sizeof *t->eval_slots);
     t->gather_offsets = calloc((size_t)ranks + 1, sizeof *t->gather_offsets);
     if (!t->step_slots || !t->micro_weights || !t->eval_slots || !t->gather_offsets)
@@ -535,8 +534,6 @@ void trainer_free(trainer *t)
 {
     if (t->have_val_plan)
         ac_batch_plan_free(&t->val_plan);
-    if (t->have_span_plan)
-        ac_batch_plan_free(&t->span_plan);
     if (t->have_ema)
         ac_ema_free(&t->ema);
     if (t->plan_epoch >= 0)
@@ -564,20 +561,12 @@ void trainer_free(trainer *t)
     free(t->metrics_path);
     free(t->svg_path);
     free(t->calibration_path);
-    free(t->val_logits);
-    free(t->span_logits);
-    free(t->val_labels);
     free(t->micro_weights);
     free(t->step_slots);
     free(t->eval_slots);
     free(t->gather_offsets);
     if (t->have_gradsum)
         ac_gradsum_free(&t->gradsum);
-    free(t->val_probs);
-    free(t->val_scaled);
-    free(t->val_predicted);
-    if (t->have_val_metrics)
-        ac_metrics_free(&t->val_metrics);
     if (t->have_init)
         ac_model_dir_free(&t->init);
     if (t->obj && t->obj->free)

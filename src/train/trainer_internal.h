@@ -59,16 +59,8 @@ typedef struct {
                            or member starts: trainer_setup, trainer_next_member) */
     ac_batch_plan val_plan;
     int have_val_plan;
-    ac_batch_plan span_plan; /* the same rows cut to short spans */
-    int have_span_plan;
-    ac_infer val_infer;      /* the validation batches' forward, as the plan gives them */
-    int have_val_infer;
-    float *val_logits;       /* [n_val, C] raw logits of the last validation pass */
-    int32_t *val_labels;     /* [n_val] */
-    ac_metrics val_metrics;  /* calibration of the validation rows at the fitted temperature */
-    int have_val_metrics;
-    float *val_probs, *val_scaled; /* [C] scratch: probabilities, logits / temperature */
-    int64_t *val_predicted;  /* [C] predictions per class in one evaluation */
+    void *objective_state; /* the objective's own buffers (its file's struct): made
+                              by its setup or setup_validation, freed by its free */
     ac_batch batch; /* buffers for batch_size x max_len */
     ac_ema ema;     /* averaged weights (training.ema > 0) */
     int have_ema;
@@ -100,7 +92,6 @@ typedef struct {
     double *step_slots;       /* [max_micro + 3] micro-batch losses; ranks failed, asked to
                                  stop; rank 0 failed */
     double *eval_slots;       /* [3 x validation batches] per-batch figures of an evaluation */
-    float *span_logits;       /* [n_val, C] logits of the short-span pass */
     size_t *gather_offsets;   /* [ranks + 1] byte offsets of each rank's share */
     ac_comm *comm;            /* NULL: one process */
     int writer;               /* this process writes the files (rank 0) */
@@ -185,8 +176,11 @@ struct trainer_objective {
     size_t (*memory_bytes)(const trainer *t);
     /* Its buffers for a step, after the model's. */
     int (*setup)(trainer *t, ac_err *err);
-    /* Its buffers for evaluations (only with validation rows). */
+    /* Its buffers for evaluations (only with validation rows, after
+     * t->val_plan): an evaluation pass has at most as many batches as
+     * t->val_plan (t->eval_slots holds 3 figures per batch). */
     int (*setup_validation)(trainer *t, ac_err *err);
+    /* Frees what setup and setup_validation made (t->objective_state). */
     void (*free)(trainer *t);
     /* A micro-batch's weight in the step's mean loss (rows first_row..
      * first_row + n_rows - 1 of batch `batch` of the epoch's plan), or -1. */
