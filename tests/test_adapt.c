@@ -4,6 +4,7 @@
  * option or preset value winning). */
 #include <check.h>
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,7 @@ static void all_auto(ac_train_config *tc, ac_model_config *mc)
     ck_assert(tc->wide_nb == AC_AUTO);
     ck_assert(tc->min_count == AC_AUTO);
     ck_assert_int_eq(mc->wide_order, AC_WIDE_ORDER_AUTO);
+    ck_assert_int_eq(tc->refit, AC_AUTO);
     ck_assert(tc->crop_frac == 0.5); /* not left to the data */
 }
 
@@ -149,6 +151,48 @@ START_TEST(test_explicit_values_win)
     ac_train_adapt(&tc, &mc, &d, said, sizeof said);
     ck_assert(tc.ema == 0.0f);
     ck_assert_str_eq(said, "");
+}
+END_TEST
+
+/* The refit: short texts whose validation rows come from the training
+ * rows (one process); never long texts, a --val-file or pretraining. */
+START_TEST(test_refit_rule)
+{
+    ac_train_config tc;
+    ac_model_config mc;
+    char said[320];
+    all_auto(&tc, &mc);
+    ac_adapt_data d = {.median_tokens = 14, .labelled = 1, .can_refit = 1};
+    ac_train_adapt(&tc, &mc, &d, said, sizeof said);
+    assert_short(&tc, &mc);
+    ck_assert_int_eq(tc.refit, 1);
+    ck_assert_str_eq(said, "8 epochs, weight average decay 0.99, 1 member, vocabulary min count "
+                           "1, wide path of word n-grams up to 2, wide path from naive Bayes "
+                           "x0.25, then all rows for the best epoch count (median text 14 "
+                           "tokens, below --crop-max 64)");
+    all_auto(&tc, &mc);
+    d.can_refit = 0; /* a --val-file, no validation rows, or several processes */
+    ac_train_adapt(&tc, &mc, &d, said, sizeof said);
+    ck_assert_int_eq(tc.refit, 0);
+    ck_assert_msg(!strstr(said, "all rows"), "%s", said);
+    all_auto(&tc, &mc);
+    d.can_refit = 1;
+    d.median_tokens = 230;
+    ac_train_adapt(&tc, &mc, &d, said, sizeof said);
+    ck_assert_int_eq(tc.refit, 0);
+    all_auto(&tc, &mc);
+    tc.refit = 0; /* given */
+    d.median_tokens = 14;
+    ac_train_adapt(&tc, &mc, &d, said, sizeof said);
+    ck_assert_int_eq(tc.refit, 0);
+    ck_assert_msg(!strstr(said, "all rows"), "%s", said);
+    all_auto(&tc, &mc);
+    d.labelled = 0;
+    ac_train_adapt(&tc, &mc, &d, said, sizeof said);
+    ck_assert_int_eq(tc.refit, 0);
+    all_auto(&tc, &mc);
+    ac_train_adapt_to_long_texts(&tc, &mc);
+    ck_assert_int_eq(tc.refit, 0);
 }
 END_TEST
 
@@ -281,8 +325,8 @@ START_TEST(test_cli_short_csv)
     ck_assert_msg(run_stderr(cmd, &err) == 0, "%s", err);
     ck_assert_msg(strstr(err, "attnctl: adapted to the data: 8 epochs, weight average decay 0.99, "
                               "vocabulary min count 1, wide path of word n-grams up to 2, "
-                              "wide path from naive Bayes x0.25 (median text 5 tokens, below "
-                              "--crop-max 64)\n"),
+                              "wide path from naive Bayes x0.25, then all rows for the best "
+                              "epoch count (median text 5 tokens, below --crop-max 64)\n"),
                   "%s", err);
     cJSON *root = training_of(out);
     ck_assert(training_number(root, "crop_frac") == 0.5);
@@ -291,7 +335,10 @@ START_TEST(test_cli_short_csv)
     cJSON *order = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "model"),
                                                     "wide_order");
     ck_assert(cJSON_IsNumber(order) && order->valuedouble == 2);
-    ck_assert(training_number(root, "epochs") == 8.0);
+    /* the refit's: every row, the epochs of the best evaluation of 8 */
+    ck_assert(training_number(root, "refit") == 1);
+    ck_assert(training_number(root, "val_split") == 0);
+    ck_assert(training_number(root, "epochs") >= 1 && training_number(root, "epochs") <= 8);
     ck_assert(training_number(root, "ema") == 0.99);
     cJSON_Delete(root);
     free(cmd);
@@ -299,7 +346,8 @@ START_TEST(test_cli_short_csv)
 
     /* Options win; what is left still adapts. */
     snprintf(out, sizeof out, "%s/given", dir);
-    ck_assert_int_ge(asprintf(&cmd, "%s train %s --out %s %s --epochs 2", bin, csv, out, shape),
+    ck_assert_int_ge(asprintf(&cmd, "%s train %s --out %s %s --epochs 2 --refit 0", bin, csv, out,
+                              shape),
                      0);
     ck_assert_msg(run_stderr(cmd, &err) == 0, "%s", err);
     ck_assert_msg(strstr(err, "attnctl: adapted to the data: weight average decay 0.99, vocabulary "
@@ -317,7 +365,7 @@ START_TEST(test_cli_short_csv)
     snprintf(preset, sizeof preset, "%s/preset.json", dir);
     FILE *f = fopen(preset, "w");
     ck_assert_ptr_nonnull(f);
-    fprintf(f, "{\"training\": {\"epochs\": \"auto\", \"ema\": 0}}\n");
+    fprintf(f, "{\"training\": {\"epochs\": \"auto\", \"ema\": 0, \"refit\": 0}}\n");
     fclose(f);
     snprintf(out, sizeof out, "%s/preset", dir);
     ck_assert_int_ge(asprintf(&cmd, "%s train %s --out %s %s --config %s", bin, csv, out, shape,
@@ -337,7 +385,7 @@ START_TEST(test_cli_short_csv)
 
     /* Nothing left to the data: no line. */
     snprintf(out, sizeof out, "%s/none", dir);
-    ck_assert_int_ge(asprintf(&cmd, "%s train %s --out %s %s --epochs 1 --ema 0 --wide-nb 0 --min-count 2 --wide 3", bin,
+    ck_assert_int_ge(asprintf(&cmd, "%s train %s --out %s %s --epochs 1 --ema 0 --wide-nb 0 --min-count 2 --wide 3 --refit 0", bin,
                               csv, out, shape),
                      0);
     ck_assert_msg(run_stderr(cmd, &err) == 0, "%s", err);
@@ -345,6 +393,113 @@ START_TEST(test_cli_short_csv)
     free(cmd);
     free(err);
     rm_rf(dir);
+}
+END_TEST
+
+static char *read_text(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "%s", path);
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    for (size_t got; (got = fread(buf + n, 1, cap - n, f)) > 0;) {
+        n += got;
+        if (n == cap)
+            buf = realloc(buf, (cap *= 2) + 1);
+    }
+    fclose(f);
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+/* The temperature of the first (best) evaluation with the highest
+ * validation accuracy in metrics.jsonl. */
+static double best_temperature(const char *dir)
+{
+    char *path = test_path(dir, "metrics.jsonl");
+    size_t len;
+    char *text = read_text(path, &len);
+    double best = -1, temperature = -1;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *row = cJSON_Parse(line);
+        ck_assert_ptr_nonnull(row);
+        const cJSON *acc = cJSON_GetObjectItemCaseSensitive(row, "val_accuracy");
+        const cJSON *temp = cJSON_GetObjectItemCaseSensitive(row, "temperature");
+        if (cJSON_IsNumber(acc) && acc->valuedouble > best && cJSON_IsNumber(temp)) {
+            best = acc->valuedouble;
+            temperature = temp->valuedouble;
+        }
+        cJSON_Delete(row);
+    }
+    free(text);
+    free(path);
+    return temperature;
+}
+
+/* The refit (the short-text default): the model in --out is the one that
+ * its own config.json trains, bit for bit, on every row; the temperature
+ * is the first run's, fitted on its validation rows; nothing is left of
+ * the second run's directory. */
+START_TEST(test_cli_refit)
+{
+    const char *bin = attnctl_path();
+    if (access(bin, X_OK) != 0) {
+        printf("SKIP test_cli_refit: no attnctl binary\n");
+        return;
+    }
+    char *dir = test_temp_dir("refit");
+    char *csv = test_path(dir, "short.csv");
+    write_short_csv(csv);
+    const char *shape = "--d-model 16 --heads 2 --ff 32 --batch-size 8 --threads 1 "
+                        "--wide-buckets 1024";
+    char *refit = test_path(dir, "refit"), *again = test_path(dir, "again"), *cmd = NULL,
+         *err = NULL;
+    ck_assert_int_ge(asprintf(&cmd, "%s train %s --out %s %s", bin, csv, refit, shape), 0);
+    ck_assert_msg(run_stderr(cmd, &err) == 0, "%s", err);
+    ck_assert_msg(strstr(err, "attnctl: training again from the start on every row"), "%s", err);
+    ck_assert_msg(strstr(err, "0 validation rows"), "%s", err);
+    free(cmd);
+    free(err);
+    char *left = test_path(refit, AC_REFIT_SUBDIR);
+    ck_assert_msg(access(left, F_OK) != 0, "%s is left", left);
+    free(left);
+
+    ac_config cfg;
+    ac_config_defaults(&cfg);
+    ac_err e;
+    ck_assert_msg(ac_model_dir_load_config(&cfg, refit, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(cfg.training.refit, 1);
+    ck_assert(cfg.training.val_split == 0.0);
+    ck_assert_int_le(cfg.training.epochs, 8);
+    const double first = best_temperature(refit);
+    ck_assert(first > 0);
+    ck_assert_msg(fabs((double)cfg.model.temperature - first) < 1e-6 * first, "%g against %g",
+                  (double)cfg.model.temperature, first);
+    ac_config_free(&cfg);
+
+    char *config = test_path(refit, "config.json");
+    ck_assert_int_ge(asprintf(&cmd, "%s train %s --out %s --config %s --threads 1", bin, csv,
+                              again, config),
+                     0);
+    ck_assert_msg(run_stderr(cmd, &err) == 0, "%s", err);
+    ck_assert_msg(!strstr(err, "training again"), "%s", err);
+    char *m1 = test_path(refit, "model.safetensors"), *m2 = test_path(again, "model.safetensors");
+    size_t n1, n2;
+    char *b1 = read_text(m1, &n1), *b2 = read_text(m2, &n2);
+    ck_assert_msg(n1 == n2 && memcmp(b1, b2, n1) == 0, "the refit model differs from its config's");
+    free(b1);
+    free(b2);
+    free(m1);
+    free(m2);
+    free(cmd);
+    free(err);
+    free(config);
+    free(refit);
+    free(again);
+    free(csv);
+    rm_rf(dir);
+    free(dir);
 }
 END_TEST
 
@@ -356,9 +511,11 @@ int main(void)
     tcase_add_test(tc, test_short_texts);
     tcase_add_test(tc, test_long_texts_keep_the_recipe);
     tcase_add_test(tc, test_explicit_values_win);
+    tcase_add_test(tc, test_refit_rule);
     tcase_add_test(tc, test_pretraining_takes_the_fixed_values);
     tcase_add_test(tc, test_config_auto);
     tcase_add_test(tc, test_cli_short_csv);
+    tcase_add_test(tc, test_cli_refit);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

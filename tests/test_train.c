@@ -1495,7 +1495,7 @@ START_TEST(test_cli_finished_run_drops_its_state)
     char shape[256];
     snprintf(shape, sizeof shape,
              "--d-model 16 --heads 2 --ff 32 --max-len 24 --batch-size 4 --threads 1 "
-             "--ema 0.9 --quiet --members %d",
+             "--ema 0.9 --refit 0 --quiet --members %d",
              members);
     char *out = test_path(dir, "dropped"), *kept = test_path(dir, "kept"), *part = test_path(dir, "part"),
          *early = test_path(dir, "early");

@@ -214,6 +214,9 @@ int ac_sha256_file(const char *path, char hex[65], ac_err *err);
 int ac_read_file(const char *path, size_t max_len, char **data, size_t *len, ac_err *err);
 /* mkdir -p (mode 0777 & ~umask). */
 int ac_mkdir_p(const char *dir, ac_err *err);
+/* Removes dir and everything under it, links not followed (nothing when
+ * it is missing). Best effort. */
+void ac_remove_tree(const char *dir);
 /* fsync a directory so that renames inside it are durable. */
 int ac_fsync_dir(const char *dir, ac_err *err);
 

@@ -170,12 +170,14 @@ typedef struct {
 int ac_train_init_config(ac_config *cfg, const char *init_dir, ac_err *err);
 
 /* What the settings left to the data (AC_AUTO in training.epochs, ema,
- * members, wide_nb, min_count and model.wide_order) are chosen from: the
+ * members, wide_nb, min_count, refit and model.wide_order) are chosen from: the
  * training rows after the validation split, tokenised and truncated to
  * model.max_len, before the vocabulary is built. */
 typedef struct {
     int64_t median_tokens; /* tokens of the median row */
     int labelled;          /* 0: pretraining, which takes the fixed values */
+    int can_refit;         /* the validation rows were split from the training rows, and
+                              one process trains: training.refit may be 1 */
 } ac_adapt_data;
 
 /* Resolves every AC_AUTO field of tc and mc from d (the rules are in
@@ -203,6 +205,8 @@ void ac_train_adapt_to_long_texts(ac_train_config *tc, ac_model_config *mc);
 #define AC_ADAPT_LONG_MIN_COUNT 2
 #define AC_ADAPT_SHORT_MIN_COUNT 1
 #define AC_ADAPT_SHORT_EMA 0.99f
+#define AC_ADAPT_LONG_REFIT 0
+#define AC_ADAPT_SHORT_REFIT 1
 
 typedef enum {
     AC_TRAIN_FINISHED = 0,      /* all epochs done */
@@ -240,6 +244,29 @@ typedef struct {
  * checkpoint on disk (from the previous evaluation) stays as it was.
  * result may be filled partially on error (step). */
 int ac_train(const ac_train_options *opt, ac_train_result *result, ac_err *err);
+
+/* training.refit (src/train/refit.c): once a run has chosen its epochs on
+ * validation rows split from the training rows, a second run trains from
+ * the start on every row for that many epochs in out_dir/refit, and its
+ * config.json, vocab.txt and model.safetensors replace the first run's
+ * (metrics.jsonl and the curves stay the first run's). */
+#define AC_REFIT_SUBDIR "refit"
+typedef struct {
+    int epochs;          /* of the second run: the epoch of the best evaluation */
+    double val_accuracy; /* the first run's best validation accuracy */
+} ac_refit_plan;
+/* Whether the run that wrote out_dir and ended as selection says asks for
+ * a refit (training.refit 1, validation rows split from the training file,
+ * the run finished or stopped early): 1 with *plan filled, 0 when not, -1
+ * on an error (config.json unreadable). */
+int ac_train_refit_plan(const char *out_dir, const ac_train_result *selection,
+                        ac_refit_plan *plan, ac_err *err);
+/* The second run, with the first run's options (selection: its data,
+ * out_dir, callbacks and stop flag). *res is the second run's; when it is
+ * interrupted (res->status AC_TRAIN_INTERRUPTED) or fails, out_dir keeps the
+ * first run's model and out_dir/refit is removed. */
+int ac_train_refit(const ac_train_options *selection, const ac_refit_plan *plan,
+                   ac_train_result *res, ac_err *err);
 
 /* What `--resume DIR` needs before reading data: the files and columns the
  * run was started with (checkpoint/run.json). Empty strings mean "none" /

@@ -52,6 +52,12 @@ typedef struct {
      * Bayes log-count ratio from the training rows (wide_nb_init) instead of
      * zeros; 0: zeros. */
     float wide_nb;
+    /* 1: when the run ends, train once more from the start on every row
+     * of the training file (validation rows included) for as many epochs
+     * as the best evaluation had, and keep that model (src/train/refit.c);
+     * only when the validation rows were split from the training file.
+     * 0: the model is the one chosen on the validation rows. */
+    int refit;
 } ac_train_config;
 
 typedef struct {

@@ -145,6 +145,43 @@ static void print_result(const ac_train_result *r, const char *out_dir, const ac
         printf("%sno model saved\n", why);
 }
 
+/* training.refit: the run chose its epochs on the validation rows; train
+ * again on every row and keep that model (src/train/refit.c). */
+static int refit(const ac_train_options *to, const ac_train_result *selection,
+                 cli_progress *progress, int quiet)
+{
+    ac_err err;
+    ac_refit_plan plan;
+    int want = ac_train_refit_plan(to->out_dir, selection, &plan, &err);
+    if (want <= 0)
+        return want < 0 ? cli_error("%s", err.msg) : CLI_EXIT_OK;
+    if (!quiet)
+        fprintf(stderr,
+                "attnctl: training again from the start on every row, the validation rows "
+                "included, for %d epoch%s (the best evaluation's); interrupted, %s keeps the "
+                "model above\n",
+                plan.epochs, plan.epochs == 1 ? "" : "s", to->out_dir);
+    ac_train_result result;
+    int rc = ac_train_refit(to, &plan, &result, &err);
+    cli_progress_clear(progress);
+    if (rc)
+        return cli_error("%s (%s keeps the model chosen on the validation rows)", err.msg,
+                         to->out_dir);
+    if (result.status == AC_TRAIN_INTERRUPTED) {
+        fprintf(stderr,
+                "attnctl: interrupted while training on every row; %s keeps the model chosen "
+                "on the validation rows\n",
+                to->out_dir);
+        return stop_signal == SIGTERM ? CLI_EXIT_SIGTERM : CLI_EXIT_SIGINT;
+    }
+    if (!quiet)
+        printf("trained on every row for %d epoch%s (%ld steps): model saved in %s (the "
+               "validation accuracy above, %.4f, is the recipe's estimate)\n",
+               plan.epochs, plan.epochs == 1 ? "" : "s", result.step, to->out_dir,
+               plan.val_accuracy);
+    return CLI_EXIT_OK;
+}
+
 /* The data of a run: the labelled training file (and --val-file), or the
  * unlabelled text files of a pretraining run. */
 static int read_data(const train_args *a, int resume,
@@ -509,6 +546,12 @@ static int run_training(cli_training_kind kind, int argc, char **argv, const cli
     }
     if (!quiet)
         print_result(&result, out_dir, &cfg, kind);
+    fflush(stdout); /* before the refit's progress on stderr */
+    if (kind == CLI_TRAIN && (!par->comm || par->comm->size == 1)) {
+        rc = refit(&to, &result, &progress, quiet);
+        if (rc != CLI_EXIT_OK)
+            goto done;
+    }
     rc = CLI_EXIT_OK;
 done:
     if (rc == CLI_EXIT_RUNTIME && out_dir && !out_existed)

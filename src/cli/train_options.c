@@ -133,6 +133,7 @@ AUTO_RULE(members_auto, AC_ADAPT_LONG_MEMBERS, AC_ADAPT_SHORT_MEMBERS)
 AUTO_RULE(wide_nb_auto, (double)AC_ADAPT_LONG_WIDE_NB, (double)AC_ADAPT_SHORT_WIDE_NB)
 AUTO_RULE(wide_auto, AC_ADAPT_LONG_WIDE_ORDER, AC_ADAPT_SHORT_WIDE_ORDER)
 AUTO_RULE(min_count_auto, AC_ADAPT_LONG_MIN_COUNT, AC_ADAPT_SHORT_MIN_COUNT)
+AUTO_RULE(refit_auto, AC_ADAPT_LONG_REFIT, AC_ADAPT_SHORT_REFIT)
 
 /* In the order of the help, section by section. */
 static const option_spec OPTIONS[] = {
@@ -254,6 +255,14 @@ static const option_spec OPTIONS[] = {
                 "the mean reads below every member on validation):" MORE
                 "a model of the usual size, N times the training;" MORE "1 = one model [{}]",
         .note = members_auto),
+    SET("refit", "training.refit", TRAIN_ONLY, .section = S_TRAINING,
+        .text = "1: once the run has chosen its epochs on the validation" MORE
+                "rows, train again from the start on every row for that" MORE
+                "many epochs and keep that model (the validation figures" MORE
+                "stay the first run's); only with rows split by" MORE
+                "--val-split and one process. 0: keep the model chosen on" MORE
+                "validation [{}]",
+        .note = refit_auto),
     SET("wide-nb", "training.wide_nb", TRAIN_ONLY, .section = S_TRAINING,
         .text = "start the wide path at X/2 times each class's naive" MORE
                 "Bayes log-count ratio from the training rows" MORE

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <ftw.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -378,4 +379,17 @@ int ac_sha256_file(const char *path, char hex[65], ac_err *err)
     }
     hex[64] = '\0';
     return 0;
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+void ac_remove_tree(const char *dir)
+{
+    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }

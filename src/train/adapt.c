@@ -21,7 +21,11 @@
  *   - word n-grams up to 2, not 3, on the wide path: a few thousand short
  *     rows rarely repeat a trigram, whose rows are then noise;
  *   - every word in the vocabulary (min count 1): a word seen once in a
- *     few thousand rows is still a feature worth its NB ratio.
+ *     few thousand rows is still a feature worth its NB ratio;
+ *   - a refit (refit.c): once validation has chosen the epoch count, the
+ *     model is trained again on every row, validation rows included. A
+ *     tenth more rows is worth +0.4 to +0.8 points on a few thousand rows;
+ *     on IMDB it would double a long training for little.
  * Crops stay: turning them off on short texts was level on those sets. */
 #include <stdio.h>
 #include <string.h>
@@ -33,7 +37,7 @@
 
 void ac_train_adapt_to_long_texts(ac_train_config *tc, ac_model_config *mc)
 {
-    ac_adapt_data d = {.median_tokens = tc->crop_max, .labelled = 1};
+    ac_adapt_data d = {.median_tokens = tc->crop_max, .labelled = 1, .can_refit = 1};
     char said[8];
     ac_train_adapt(tc, mc, &d, said, sizeof said);
 }
@@ -57,6 +61,8 @@ void ac_train_adapt(ac_train_config *tc, ac_model_config *mc, const ac_adapt_dat
             tc->epochs = AC_ADAPT_LONG_EPOCHS;
         if (tc->min_count == AC_AUTO)
             tc->min_count = AC_ADAPT_LONG_MIN_COUNT;
+        if (tc->refit == AC_AUTO)
+            tc->refit = 0;
         if (mc->wide_order == AC_WIDE_ORDER_AUTO)
             mc->wide_order = 0;
         return;
@@ -102,6 +108,11 @@ void ac_train_adapt(ac_train_config *tc, ac_model_config *mc, const ac_adapt_dat
     }
     if (mc->wide_order == AC_WIDE_ORDER_AUTO)
         mc->wide_order = 0; /* no buckets: no wide path */
+    if (tc->refit == AC_AUTO) {
+        tc->refit = d->can_refit ? PICK(is_short, REFIT) : 0;
+        if (tc->refit)
+            SAY("then all rows for the best epoch count");
+    }
     if (used > 0 && used < n)
         snprintf(said + used, n - used, " (median text %lld tokens, %s --crop-max %d)",
                  (long long)d->median_tokens, is_short ? "below" : "at least", tc->crop_max);

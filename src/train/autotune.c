@@ -7,7 +7,6 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
-#include <ftw.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -142,20 +141,6 @@ static cJSON *settings_json(const ac_tune_settings *s)
 }
 
 /* --------------------------------------------------------------- files */
-
-static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-/* Removes dir and everything under it (nothing when it is missing). */
-static void remove_tree(const char *dir)
-{
-    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
 
 /* 1: dir does not exist or is an empty directory; 0: it holds something
  * (or is not a directory). */
@@ -295,6 +280,9 @@ static int run_trial(tuner *tu, const ac_tune_settings *s, int changed, ac_err *
     ac_config cfg = *o->train.config; /* shallow: the trainer reads it only */
     if (s)
         apply_settings(&cfg, s);
+    /* Trials are compared on their validation rows: the model each keeps
+     * is the one chosen on them, never a refit on every row. */
+    cfg.training.refit = 0;
     ac_train_options to = o->train;
     to.config = &cfg;
     to.out_dir = dir;
@@ -333,7 +321,7 @@ static int run_trial(tuner *tu, const ac_tune_settings *s, int changed, ac_err *
         tu->stop = 1;
 
     if (rc != 0) {
-        remove_tree(dir);
+        ac_remove_tree(dir);
         free(dir);
         if (!s) {
             *err = terr;
@@ -345,7 +333,7 @@ static int run_trial(tuner *tu, const ac_tune_settings *s, int changed, ac_err *
         return 0;
     }
     if (res.status == AC_TRAIN_INTERRUPTED || res.status == AC_TRAIN_MAX_STEPS) {
-        remove_tree(dir);
+        ac_remove_tree(dir);
         free(dir);
         if (!tu->user_stopped)
             tu->budget_hit = 1;
@@ -354,7 +342,7 @@ static int run_trial(tuner *tu, const ac_tune_settings *s, int changed, ac_err *
         return 0;
     }
     if (res.best_val_accuracy < 0) {
-        remove_tree(dir);
+        ac_remove_tree(dir);
         free(dir);
         return ac_err_set(err, "--autotune needs validation rows: a --val-split above 0 or a "
                                "--val-file");
@@ -369,7 +357,7 @@ static int run_trial(tuner *tu, const ac_tune_settings *s, int changed, ac_err *
         ac_config_defaults(&trained);
         if (ac_model_dir_load_config(&trained, dir, err)) {
             ac_config_free(&trained);
-            remove_tree(dir);
+            ac_remove_tree(dir);
             free(dir);
             return -1;
         }
@@ -380,10 +368,10 @@ static int run_trial(tuner *tu, const ac_tune_settings *s, int changed, ac_err *
     }
     ev.val_accuracy = res.best_val_accuracy;
     if (!s || res.best_val_accuracy > r->best_val_accuracy) {
-        remove_tree(tu->best_dir);
+        ac_remove_tree(tu->best_dir);
         if (rename(dir, tu->best_dir) != 0) {
             int e = errno;
-            remove_tree(dir);
+            ac_remove_tree(dir);
             free(dir);
             return ac_err_set(err, "%s: cannot rename a trial's model: %s", tu->best_dir,
                               strerror(e));
@@ -393,7 +381,7 @@ static int run_trial(tuner *tu, const ac_tune_settings *s, int changed, ac_err *
         r->best = ev.settings;
         ev.outcome = AC_TRIAL_BEST;
     } else {
-        remove_tree(dir);
+        ac_remove_tree(dir);
         ev.outcome = AC_TRIAL_WORSE;
     }
     free(dir);
@@ -560,7 +548,7 @@ static int promote(tuner *tu, const char *parent, ac_err *err)
     char *ckpt = ac_path_join(tu->best_dir, AC_CHECKPOINT_SUBDIR, err);
     if (!ckpt)
         return -1;
-    remove_tree(ckpt);
+    ac_remove_tree(ckpt);
     free(ckpt);
 
     cJSON *root = cJSON_CreateObject();
@@ -676,7 +664,7 @@ int ac_autotune(const ac_autotune_options *o, ac_autotune_result *r, ac_err *err
     rc = 0;
 done:
     if (tu.tmp) {
-        remove_tree(tu.tmp);
+        ac_remove_tree(tu.tmp);
         free(tu.tmp);
     }
     free(tu.best_dir);
