@@ -45,6 +45,7 @@ typedef struct {
     int signal;             /* sent after delay_s (0: none) */
     double delay_s;
     int signal_after_line;  /* > 0: send when stderr has this many lines instead */
+    const char *signal_after_text; /* non-NULL: send when stderr holds this text instead */
 } run_options;
 
 /* Runs attnctl with args (NULL-terminated, without the program name). */
@@ -86,14 +87,16 @@ static run_result run_opts(const char *const *args, const run_options *o)
             break;
         double t = now_s() - start;
         if (o->signal && !sent) {
-            int due = o->signal_after_line > 0 ? 0 : t >= o->delay_s;
-            if (o->signal_after_line > 0) {
+            int due = o->signal_after_line > 0 || o->signal_after_text ? 0 : t >= o->delay_s;
+            if (o->signal_after_line > 0 || o->signal_after_text) {
                 char buf[8192];
-                ssize_t k = pread(err_fd, buf, sizeof buf, 0);
+                ssize_t k = pread(err_fd, buf, sizeof buf - 1, 0);
+                buf[k > 0 ? k : 0] = '\0';
                 int lines = 0;
                 for (ssize_t i = 0; i < k; i++)
                     lines += buf[i] == '\n';
-                due = lines >= o->signal_after_line;
+                due = o->signal_after_text ? strstr(buf, o->signal_after_text) != NULL
+                                           : lines >= o->signal_after_line;
             }
             if (due) {
                 kill(pid, o->signal);
@@ -186,7 +189,8 @@ static int count_tmp_files(const char *dir)
 #define TRAIN_ARGS(dir)                                                                            \
     "train", TRAIN_CSV, "--out", dir, "--epochs", "6", "--ema", "0.999", "--patience", "100",      \
         "--seed", "11", "--d-model", "16", "--heads", "2", "--ff", "32", "--max-len", "48",        \
-        "--batch-size", "16", "--members", "3", "--wide-nb", "0", "--min-count", "2", "--wide", "3"
+        "--batch-size", "16", "--members", "3", "--wide-nb", "0", "--min-count", "2", "--wide", "3",  \
+        "--refit", "0"
 /* The same for pretraining (an evaluation line about every epoch). */
 #define PRETRAIN_ARGS(dir)                                                                         \
     "pretrain", TRAIN_CSV, "--out", dir, "--epochs", "6", "--eval-every", "30", "--seed", "11",    \
@@ -303,6 +307,47 @@ START_TEST(test_full_disk_keeps_previous_model)
     r = run(resume);
     ck_assert_msg(r.status == 0, "resume with room: %s", r.err);
     unlink(before);
+}
+END_TEST
+
+/* A stop while training again on every row (training.refit): exit 143, the
+ * model chosen on the validation rows stays, no refit directory is left,
+ * and --resume does the refit: the same bytes as a run never stopped.
+ * Regression: resuming said "nothing to resume" and the refit was lost. */
+#define REFIT_ARGS(dir)                                                                            \
+    "train", TRAIN_CSV, "--out", dir, "--epochs", "3", "--seed", "11", "--d-model", "16",          \
+        "--heads", "2", "--ff", "32", "--max-len", "48", "--batch-size", "16", "--members", "1",   \
+        "--min-count", "2", "--refit", "1"
+START_TEST(test_stopped_refit_resumes)
+{
+    char ref[1024], dir[1024];
+    work_dir(ref, sizeof ref, "refit-reference");
+    work_dir(dir, sizeof dir, "refit-stopped");
+    rmdir(ref);
+    rmdir(dir);
+    const char *ref_args[] = {REFIT_ARGS(ref), NULL};
+    run_result r = run(ref_args);
+    ck_assert_msg(r.status == 0, "reference run: %s", r.err);
+
+    const char *args[] = {REFIT_ARGS(dir), NULL};
+    run_options stop = {.signal = SIGTERM, .signal_after_text = "training again from the start"};
+    r = run_opts(args, &stop);
+    ck_assert_msg(r.status == 143, "exit %d: %s", r.status, r.err);
+    ck_assert_msg(strstr(r.err, "keeps the model chosen on the validation rows"), "%s", r.err);
+    char path[1100], ref_path[1100];
+    snprintf(path, sizeof path, "%s/refit", dir);
+    ck_assert_int_ne(access(path, F_OK), 0);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    snprintf(ref_path, sizeof ref_path, "%s/model.safetensors", ref);
+    ck_assert_msg(!same_file(path, ref_path), "the stopped refit's model is already the refit");
+
+    const char *resume[] = {"train", "--resume", dir, NULL};
+    r = run(resume);
+    ck_assert_msg(r.status == 0, "resume: %s", r.err);
+    ck_assert_msg(same_file(path, ref_path), "the resumed refit differs from an unstopped one");
+    /* once done, there is nothing left to resume */
+    r = run(resume);
+    ck_assert_msg(r.status == 0 && strstr(r.err, "nothing to resume"), "%s", r.err);
 }
 END_TEST
 
@@ -555,6 +600,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, test_signal_then_resume_is_identical, 0, 2); /* train, pretrain */
     tcase_add_test(tc, test_full_disk_keeps_previous_model);
+    tcase_add_test(tc, test_stopped_refit_resumes);
     tcase_add_test(tc, test_unwritable_output);
     tcase_add_test(tc, test_out_of_memory_is_refused_up_front);
     tcase_add_test(tc, test_predict_hostile_input);

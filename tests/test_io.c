@@ -1132,6 +1132,7 @@ START_TEST(test_config_of_version_0_1_loads)
     c.training.epochs = 4;
     c.training.ema = 0.999f;
     c.training.members = 3;
+    c.training.refit = 1;
     c.training.wide_nb = 0.0f;
     c.training.min_count = 2;
     c.model.wide_order = 3;
@@ -1144,7 +1145,7 @@ START_TEST(test_config_of_version_0_1_loads)
         "    \"crop_frac\": 0.5,\n", "    \"crop_min\": 1,\n", "    \"crop_max\": 64,\n",
         "    \"label_smoothing\": 0,\n", "    \"token_dropout\": 0,\n", "    \"wide_nb\": 0,\n",
         "    \"ema\": 0.999,\n",
-        "    \"members\": 3\n",
+        "    \"members\": 3,\n", "    \"refit\": 1\n",
         "    \"objective\": \"classification\",\n", "    \"mask_frac\": 0.15,\n",
         "    \"init_model\": \"\",\n", "    \"emoji_names\": true,\n",
         "    \"squeeze_elongations\": true,\n", "    \"mark_negation\": true,\n",
@@ -1183,6 +1184,7 @@ START_TEST(test_config_of_version_0_1_loads)
     ck_assert(d.training.token_dropout == 0.0f);
     ck_assert(d.training.ema == 0.0f);
     ck_assert_int_eq(d.training.members, 1); /* one model, no average */
+    ck_assert_int_eq(d.training.refit, 0);   /* the model of the validated run */
     ck_assert(d.training.wide_nb == 0.0f);   /* the wide path from zeros */
     ck_assert_int_eq(d.model.objective, AC_OBJECTIVE_CLASSIFICATION);
     ck_assert(d.training.mask_frac == 0.15);
@@ -1224,7 +1226,7 @@ START_TEST(test_config_missing_keys)
     const struct { const char *cut; const char *want; } cases[] = {
         {"    \"d_ff\": 256,\n", "x.json: model.d_ff: missing required key"},
         {"    \"casefold\": true,\n", "x.json: tokenizer.casefold: missing required key"},
-        {"    \"members\": \"auto\"\n", NULL /* leaves a trailing comma: not JSON */},
+        {"    \"refit\": \"auto\"\n", NULL /* leaves a trailing comma: not JSON */},
         {"    \"seed\": 1,\n", "x.json: training.seed: missing required key"},
         {"    \"date\": \"\",\n", "x.json: provenance.date: missing required key"},
         {"  \"labels\": [\"negative\", \"positive\"],\n", "x.json: labels: missing required key"},

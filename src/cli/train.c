@@ -268,10 +268,13 @@ static int resume_sources(train_args *a, const char *out_dir, ac_train_sources *
 }
 
 /* A run that finished drops its checkpoint's weights (unless
- * --keep-checkpoint): resuming it has nothing to do, as it had with them.
- * Returns 1 (and says so unless quiet) when out_dir is such a run, 0 when it
- * is not, -1 on an error already printed. */
-static int resume_of_finished_run(const char *out_dir, const ac_config *cfg, int quiet)
+ * --keep-checkpoint): resuming it has nothing to do, as it had with them,
+ * except a refit on every row that was interrupted (then *ended describes
+ * the finished run for ac_train_refit_plan). Returns 1 (and says so unless
+ * quiet) when out_dir is such a run, 2 when its refit is still to do, 0
+ * when it is not such a run, -1 on an error already printed. */
+static int resume_of_finished_run(const char *out_dir, const ac_config *cfg, int quiet,
+                                  ac_train_result *ended)
 {
     if (file_exists_in(out_dir, AC_CHECKPOINT_SUBDIR "/model.safetensors"))
         return 0;
@@ -282,8 +285,25 @@ static int resume_of_finished_run(const char *out_dir, const ac_config *cfg, int
     ac_err err;
     if (ac_trainer_state_load(&st, path, &err))
         return cli_error("%s", err.msg);
-    if (ac_train_state_ended(&cfg->training, &st) < 0)
+    int status = ac_train_state_ended(&cfg->training, &st);
+    if (status < 0)
         return 0; /* not over: the library names the missing file */
+    /* The steps an epoch had, from where the run stood when it ended. */
+    const int epochs = cfg->training.epochs;
+    const long per_epoch = st.epoch > 0 ? (st.step - st.batch_in_epoch) / st.epoch : st.step;
+    memset(ended, 0, sizeof *ended);
+    ended->status = (ac_train_status)status;
+    ended->step = st.step;
+    ended->total_steps = per_epoch * (epochs > 0 ? epochs : 1);
+    ended->members = cfg->training.members;
+    ended->best_val_accuracy = st.best_metric;
+    ended->best_step = st.best_step;
+    ac_refit_plan plan; /* out_dir's config.json says whether the refit is still to do */
+    int refit_pending = ac_train_refit_plan(out_dir, ended, &plan, &err);
+    if (refit_pending < 0)
+        return cli_error("%s", err.msg);
+    if (refit_pending)
+        return 2; /* the refit was cut short: the caller does it again */
     if (!quiet) {
         if (cfg->training.members > 1 && st.best_metric >= 0)
             fprintf(stderr,
@@ -481,12 +501,17 @@ static int run_training(cli_training_kind kind, int argc, char **argv, const cli
 
     /* After the checks a resume makes of its data and pseudo-labels, as
      * before finished runs dropped their weights. */
-    if (resume) {
-        int finished = resume_of_finished_run(out_dir, &cfg, quiet);
-        if (finished != 0) {
-            rc = finished < 0 ? 1 : 0;
-            goto done;
-        }
+    ac_train_result finished_run;
+    int finished = resume ? resume_of_finished_run(out_dir, &cfg, quiet, &finished_run) : 0;
+    if (finished < 0) {
+        rc = 1;
+        goto done;
+    }
+    const int refit_pending =
+        finished == 2 && kind == CLI_TRAIN && (!par->comm || par->comm->size == 1);
+    if (finished && !refit_pending) {
+        rc = 0;
+        goto done;
     }
     cli_progress progress;
     cli_progress_init(&progress, quiet);
@@ -519,6 +544,10 @@ static int run_training(cli_training_kind kind, int argc, char **argv, const cli
     };
     if (a.v[OPT_AUTOTUNE].set) {
         rc = cli_autotune_run(&a, &to, &stop_signal, quiet);
+        goto done;
+    }
+    if (refit_pending) { /* the run finished; its refit on every row was cut short */
+        rc = refit(&to, &finished_run, &progress, quiet);
         goto done;
     }
     ac_train_result result;
