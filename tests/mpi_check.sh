@@ -98,6 +98,19 @@ run "2 members, 2 processes" mpirun -np 2 --oversubscribe --bind-to none \
     "$bin" train "$data" --out "$work/members2" $members
 same "2 members: 2 processes == 1 process" "$work/members1/model.safetensors" \
     "$work/members2/model.safetensors"
+# the refit on every row: the processes share the second run as the first,
+# rank 0 alone moves its files
+refit="--epochs 2 --d-model 32 --ff 64 --max-len 96 --wide-buckets 4096 --micro-batch 8 --members 1 --refit 1 --quiet --threads 1"
+run "refit, 1 process" "$bin" train "$data" --out "$work/refit1" $refit
+run "refit, 2 processes" mpirun -np 2 --oversubscribe --bind-to none \
+    "$bin" train "$data" --out "$work/refit2" $refit
+same "refit: 2 processes == 1 process" "$work/refit1/model.safetensors" \
+    "$work/refit2/model.safetensors"
+if [ -e "$work/refit2/refit" ] || ! grep -q '"val_split": 0,' "$work/refit2/config.json"; then
+    echo "[mpi] FAIL: refit on 2 processes: refit/ left or config.json not the refit's"; failed=1
+else
+    echo "[mpi] ok: refit on 2 processes: its config.json kept, refit/ removed"
+fi
 # more ranks than micro-batches: a clear usage error naming --micro-batch
 if mpirun -np 3 --oversubscribe --bind-to none "$bin" train "$data" --out "$work/three" \
        $small --batch-size 8 --max-steps 1 --threads 1 >"$work/out" 2>&1; then

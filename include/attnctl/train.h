@@ -176,8 +176,8 @@ int ac_train_init_config(ac_config *cfg, const char *init_dir, ac_err *err);
 typedef struct {
     int64_t median_tokens; /* tokens of the median row */
     int labelled;          /* 0: pretraining, which takes the fixed values */
-    int can_refit;         /* the validation rows were split from the training rows, and
-                              one process trains: training.refit may be 1 */
+    int can_refit;         /* the validation rows were split from the training rows:
+                              training.refit may be 1 */
 } ac_adapt_data;
 
 /* Resolves every AC_AUTO field of tc and mc from d (the rules are in
@@ -258,8 +258,9 @@ typedef struct {
 /* Whether the run that wrote out_dir and ended as selection says asks for
  * a refit (training.refit 1, validation rows split from the training file,
  * the run finished or stopped early): 1 with *plan filled, 0 when not, -1
- * on an error (config.json unreadable). */
-int ac_train_refit_plan(const char *out_dir, const ac_train_result *selection,
+ * on an error (config.json unreadable). Under processes every rank calls it
+ * with the run's comm (NULL when the run is long over). */
+int ac_train_refit_plan(const char *out_dir, const ac_train_result *selection, ac_comm *comm,
                         ac_refit_plan *plan, ac_err *err);
 /* The second run, with the first run's options (selection: its data,
  * out_dir, callbacks and stop flag). *res is the second run's; when it is

@@ -148,11 +148,12 @@ static void print_result(const ac_train_result *r, const char *out_dir, const ac
 /* training.refit: the run chose its epochs on the validation rows; train
  * again on every row and keep that model (src/train/refit.c). */
 static int refit(const ac_train_options *to, const ac_train_result *selection,
-                 cli_progress *progress, int quiet)
+                 cli_progress *progress, int quiet, int *failure_shared)
 {
+    const int rank = to->comm ? to->comm->rank : 0;
     ac_err err;
     ac_refit_plan plan;
-    int want = ac_train_refit_plan(to->out_dir, selection, &plan, &err);
+    int want = ac_train_refit_plan(to->out_dir, selection, to->comm, &plan, &err);
     if (want <= 0)
         return want < 0 ? cli_error("%s", err.msg) : CLI_EXIT_OK;
     if (!quiet)
@@ -164,10 +165,17 @@ static int refit(const ac_train_options *to, const ac_train_result *selection,
     ac_train_result result;
     int rc = ac_train_refit(to, &plan, &result, &err);
     cli_progress_clear(progress);
-    if (rc)
-        return cli_error("%s (%s keeps the model chosen on the validation rows)", err.msg,
-                         to->out_dir);
+    if (rc) {
+        *failure_shared = result.failure_shared;
+        /* Another rank failed and reports it; this one ends quietly. */
+        return result.peer_failed
+                   ? CLI_EXIT_RUNTIME
+                   : cli_error("%s (%s keeps the model chosen on the validation rows)", err.msg,
+                               to->out_dir);
+    }
     if (result.status == AC_TRAIN_INTERRUPTED) {
+        if (rank != 0)
+            return stop_signal == SIGTERM ? CLI_EXIT_SIGTERM : CLI_EXIT_SIGINT;
         fprintf(stderr,
                 "attnctl: interrupted while training on every row; %s keeps the model chosen "
                 "on the validation rows\n",
@@ -299,7 +307,7 @@ static int resume_of_finished_run(const char *out_dir, const ac_config *cfg, int
     ended->best_val_accuracy = st.best_metric;
     ended->best_step = st.best_step;
     ac_refit_plan plan; /* out_dir's config.json says whether the refit is still to do */
-    int refit_pending = ac_train_refit_plan(out_dir, ended, &plan, &err);
+    int refit_pending = ac_train_refit_plan(out_dir, ended, NULL, &plan, &err);
     if (refit_pending < 0)
         return cli_error("%s", err.msg);
     if (refit_pending)
@@ -507,8 +515,7 @@ static int run_training(cli_training_kind kind, int argc, char **argv, const cli
         rc = 1;
         goto done;
     }
-    const int refit_pending =
-        finished == 2 && kind == CLI_TRAIN && (!par->comm || par->comm->size == 1);
+    const int refit_pending = finished == 2 && kind == CLI_TRAIN;
     if (finished && !refit_pending) {
         rc = 0;
         goto done;
@@ -547,7 +554,7 @@ static int run_training(cli_training_kind kind, int argc, char **argv, const cli
         goto done;
     }
     if (refit_pending) { /* the run finished; its refit on every row was cut short */
-        rc = refit(&to, &finished_run, &progress, quiet);
+        rc = refit(&to, &finished_run, &progress, quiet, failure_shared);
         goto done;
     }
     ac_train_result result;
@@ -576,8 +583,8 @@ static int run_training(cli_training_kind kind, int argc, char **argv, const cli
     if (!quiet)
         print_result(&result, out_dir, &cfg, kind);
     fflush(stdout); /* before the refit's progress on stderr */
-    if (kind == CLI_TRAIN && (!par->comm || par->comm->size == 1)) {
-        rc = refit(&to, &result, &progress, quiet);
+    if (kind == CLI_TRAIN) {
+        rc = refit(&to, &result, &progress, quiet, failure_shared);
         if (rc != CLI_EXIT_OK)
             goto done;
     }

@@ -260,8 +260,7 @@ static const option_spec OPTIONS[] = {
                 "rows, train again from the start on every row for that" MORE
                 "many epochs and keep that model (the validation figures" MORE
                 "stay the first run's); only with rows split by" MORE
-                "--val-split and one process. 0: keep the model chosen on" MORE
-                "validation [{}]",
+                "--val-split. 0: keep the model chosen on validation [{}]",
         .note = refit_auto),
     SET("wide-nb", "training.wide_nb", TRAIN_ONLY, .section = S_TRAINING,
         .text = "start the wide path at X/2 times each class's naive" MORE

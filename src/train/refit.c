@@ -10,6 +10,7 @@
 #include "attnctl/train.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,12 +22,16 @@
 /* The files of the second run that make the model, moved over the first's. */
 static const char *const MODEL_FILES[] = {"config.json", "vocab.txt", "model.safetensors"};
 
-int ac_train_refit_plan(const char *out_dir, const ac_train_result *selection,
+int ac_train_refit_plan(const char *out_dir, const ac_train_result *selection, ac_comm *comm,
                         ac_refit_plan *plan, ac_err *err)
 {
     memset(plan, 0, sizeof *plan);
     if (selection->status != AC_TRAIN_FINISHED && selection->status != AC_TRAIN_EARLY_STOPPED)
         return 0;
+    /* The other ranks read config.json once rank 0, which writes it, is here. */
+    uint64_t here = 0;
+    if (comm && comm->or_words(comm, &here, 1, err))
+        return -1;
     ac_config cfg;
     ac_config_defaults(&cfg);
     if (ac_model_dir_load_config(&cfg, out_dir, err)) {
@@ -94,6 +99,28 @@ static int publish(const char *from, const char *out_dir, ac_err *err)
     return ac_fsync_dir(out_dir, err);
 }
 
+/* Under processes (ac_comm), every rank learns whether rank 0's step
+ * failed, so that all return the same (and only rank 0 reports it). */
+static int agree_on_rank0(ac_comm *comm, int failed, ac_train_result *res, ac_err *err)
+{
+    if (!comm)
+        return failed ? -1 : 0;
+    uint64_t word = failed ? 1 : 0;
+    ac_err comm_err;
+    if (comm->or_words(comm, &word, 1, &comm_err)) {
+        if (!failed)
+            *err = comm_err;
+        return -1;
+    }
+    if (word && !failed) {
+        res->peer_failed = 1;
+        ac_err_set(err, "rank 0 failed");
+    }
+    if (word)
+        res->failure_shared = 1;
+    return word ? -1 : 0;
+}
+
 int ac_train_refit(const ac_train_options *selection, const ac_refit_plan *plan,
                    ac_train_result *res, ac_err *err)
 {
@@ -113,7 +140,10 @@ int ac_train_refit(const ac_train_options *selection, const ac_refit_plan *plan,
         ac_config_free(&cfg);
         return -1;
     }
-    ac_remove_tree(dir); /* what an interrupted refit left */
+    /* Only rank 0 touches files (shared file system: docs/parallel.md). */
+    const int writer = !selection->comm || selection->comm->rank == 0;
+    if (writer)
+        ac_remove_tree(dir); /* what an interrupted refit left */
     ac_train_options o = *selection;
     o.config = &cfg;
     o.val = NULL;
@@ -123,12 +153,15 @@ int ac_train_refit(const ac_train_options *selection, const ac_refit_plan *plan,
     o.max_steps = 0;
     o.drop_finished_state = 1;
     int rc = ac_train(&o, res, err);
-    if (rc == 0 && (res->status == AC_TRAIN_FINISHED || res->status == AC_TRAIN_EARLY_STOPPED))
-        rc = keep_temperature(dir, cfg.model.temperature, err) ? -1
-             : publish(dir, selection->out_dir, err);
+    if (rc == 0 && (res->status == AC_TRAIN_FINISHED || res->status == AC_TRAIN_EARLY_STOPPED)) {
+        int failed = writer && (keep_temperature(dir, cfg.model.temperature, err) ||
+                                publish(dir, selection->out_dir, err));
+        rc = agree_on_rank0(selection->comm, failed, res, err);
+    }
     /* Finished and moved, interrupted or failed: the first run's model
      * stays whole in out_dir unless the move completed. */
-    ac_remove_tree(dir);
+    if (writer)
+        ac_remove_tree(dir);
     free(dir);
     ac_config_free(&cfg);
     return rc;
