@@ -151,9 +151,8 @@ void attention_forward(float *out, float *probs, float *scratch, int slots, cons
 /* The same with the scores q_t . k_s of int8 rows (q and k quantized a row
  * at a time per head, symmetric, exact integer sums: AVX512-VNNI when vnni
  * is set and the caller checked the processor has it, else plain C, the
- * same bits), for quantized models; the softmax is in F32, and the weighted
- * sum of v in integers again (the weights in 8 bits, v an int8 column at a
- * time: docs/formats.md). */
+ * same bits), for quantized models; the softmax and the weighted sum of v
+ * are the F32 ones. */
 void attention_forward_int8(float *out, float *probs, float *scratch, int slots, const float *q,
                             const float *k, const float *v, int ld, const int32_t *lengths, int B,
                             int T, int d, int H, float scale, int vnni);

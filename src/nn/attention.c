@@ -426,144 +426,6 @@ static float exp_scores(float *row, const int32_t *acc, const int32_t *kbias, co
     return 1.0f / vf_sum(vsum);
 }
 
-/* ---- the weighted sum of values in integers (quantized models) ----
- * out[t, i] = sum_s p[t, s] v[s, i] / sum_s p[t, s] with the weights p in
- * [0, 1] (the row's largest is 1) as 8-bit integers round(255 p) and each
- * column of v as int8 with its own scale: the sums are exact 32-bit
- * integers, in any order, so vpdpbusd (four keys a lane) and plain C give
- * the same bits, at a quarter of the F32 product's instructions. */
-
-/* vq [len4 / 4][hdp][4]: column i of v[0..len) (stride ld) as int8 values
- * (scale sv[i] = max |column| / 127; NaN when the column is not finite),
- * four consecutive keys side by side; keys from len to len4 are zero. */
-static void quantize_value_columns(int8_t *vq, float *sv, const float *v, size_t ld, int len,
-                                   int len4, int hd, int hdp)
-{
-    const float magic = 12582912.0f; /* 1.5 x 2^23: adding it rounds to nearest even */
-    if (hd == VF_LANES && hdp == VF_LANES) {
-        /* a head of 16: a key's values are one vector; the same operations
-         * as below, lane by lane */
-        vf16 vmax = vf_splat(0.0f);
-        vi16 bad = {0};
-        for (int s = 0; s < len; s++) {
-            const vf16 x = vf_load(v + (size_t)s * ld), a = vf_select(x < 0.0f, -x, x);
-            bad |= ~(a <= 3.4e38f);
-            vmax = vf_select(a > vmax, a, vmax);
-        }
-        vf16 inv;
-        for (int i = 0; i < VF_LANES; i++) {
-            sv[i] = bad[i] ? NAN : vmax[i] / 127.0f;
-            inv[i] = !bad[i] && vmax[i] > 0.0f ? 127.0f / vmax[i] : 0.0f;
-        }
-        for (int s = 0; s < len4; s += 4) {
-            vi16 h[4] = {{0}, {0}, {0}, {0}};
-            for (int j = 0; j < 4 && s + j < len; j++) {
-                vf16 x = vf_load(v + (size_t)(s + j) * ld);
-                x = vf_select(bad, vf_splat(0.0f), (x * inv + magic) - magic);
-                x = vf_min(vf_max(x, vf_splat(-127.0f)), vf_splat(127.0f));
-                h[j] = __builtin_convertvector(x, vi16);
-            }
-            int8_t *o = vq + (size_t)(s / 4) * 64;
-            for (int i = 0; i < VF_LANES; i++)
-                for (int j = 0; j < 4; j++)
-                    o[4 * i + j] = (int8_t)h[j][i];
-        }
-        return;
-    }
-    for (int i = 0; i < hdp; i++) {
-        float max = 0.0f;
-        int finite = 1;
-        for (int s = 0; i < hd && s < len; s++) {
-            const float a = fabsf(v[(size_t)s * ld + i]);
-            max = a > max ? a : max;
-            finite &= a <= 3.4e38f;
-        }
-        sv[i] = finite ? max / 127.0f : NAN;
-        const float inv = finite && max > 0.0f ? 127.0f / max : 0.0f;
-        for (int s = 0; s < len4; s++) {
-            float x = i < hd && s < len && finite ? (v[(size_t)s * ld + i] * inv + magic) - magic
-                                                  : 0.0f;
-            x = x > 127.0f ? 127.0f : x < -127.0f ? -127.0f : x;
-            vq[((size_t)(s / 4) * hdp + i) * 4 + (s & 3)] = (int8_t)x;
-        }
-    }
-}
-
-/* pq[0..len4) = the row's weights p (in [0, 1]) as round(255 p) (zero past
- * len); returns their sum. */
-static int32_t quantize_probs(uint8_t *pq, const float *p, int len, int len4)
-{
-    const vf16 top = vf_splat(255.0f);
-    vi16 vsum = {0};
-    int s = 0;
-    for (; s + VF_LANES <= len; s += VF_LANES) {
-        const vi16 q = __builtin_convertvector(vf_min(vf_load(p + s) * top + 0.5f, top), vi16);
-        vsum += q;
-        const vb16 h = __builtin_convertvector(q, vb16);
-        memcpy(pq + s, &h, sizeof h);
-    }
-    int32_t sum = 0;
-    for (int i = 0; i < VF_LANES; i++)
-        sum += vsum[i];
-    for (; s < len; s++) {
-        const float x = p[s] * 255.0f + 0.5f;
-        const int32_t q = (int32_t)(x < 255.0f ? x : 255.0f);
-        pq[s] = (uint8_t)q;
-        sum += q;
-    }
-    for (; s < len4; s++)
-        pq[s] = 0;
-    return sum;
-}
-
-/* acc[0..hdp) = sum_s pq[s] vq[s, :] in plain C */
-static void weighted_values_c(int32_t *acc, const uint8_t *pq, const int8_t *vq, int len4,
-                              int hdp)
-{
-    for (int i = 0; i < hdp; i++) {
-        int32_t sum = 0;
-        for (int s = 0; s < len4; s++)
-            sum += (int32_t)pq[s] * (int32_t)vq[((size_t)(s / 4) * hdp + i) * 4 + (s & 3)];
-        acc[i] = sum;
-    }
-}
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-/* The same with vpdpbusd, four independent sums a vector (exact, so their
- * order does not matter) to hide the instruction's latency. */
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void
-weighted_values_vnni(int32_t *acc, const uint8_t *pq, const int8_t *vq, int len4, int hdp)
-{
-    const int quads = len4 / 4;
-    const size_t step = (size_t)hdp * 4;
-    for (int i0 = 0; i0 < hdp; i0 += 16) {
-        __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
-        const int8_t *col = vq + (size_t)i0 * 4;
-        int k = 0;
-#define WEIGHTS(k) _mm512_set1_epi32(*(const int32_t *)(const void *)(pq + 4 * (k)))
-#define VALS(k) _mm512_loadu_si512((const void *)(col + (size_t)(k) * step))
-        for (; k + 4 <= quads; k += 4) {
-            a0 = _mm512_dpbusd_epi32(a0, WEIGHTS(k), VALS(k));
-            a1 = _mm512_dpbusd_epi32(a1, WEIGHTS(k + 1), VALS(k + 1));
-            a2 = _mm512_dpbusd_epi32(a2, WEIGHTS(k + 2), VALS(k + 2));
-            a3 = _mm512_dpbusd_epi32(a3, WEIGHTS(k + 3), VALS(k + 3));
-        }
-        for (; k < quads; k++)
-            a0 = _mm512_dpbusd_epi32(a0, WEIGHTS(k), VALS(k));
-#undef WEIGHTS
-#undef VALS
-        a0 = _mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3));
-        _mm512_storeu_si512((void *)(acc + i0), a0);
-    }
-}
-#else
-static void weighted_values_vnni(int32_t *acc, const uint8_t *pq, const int8_t *vq, int len4,
-                                 int hdp)
-{
-    weighted_values_c(acc, pq, vq, len4, hdp);
-}
-#endif
-
 void attention_forward_int8(float *out, float *probs, float *scratch, int slots, const float *q,
                             const float *k, const float *v, int ld, const int32_t *lengths, int B,
                             int T, int d, int H, float scale, int vnni)
@@ -589,6 +451,7 @@ void attention_forward_int8(float *out, float *probs, float *scratch, int slots,
         float *sk = sq + Tp;
         int32_t *ksum = (int32_t *)(void *)(sk + Tp); /* 128 x each key's sum */
         int32_t *acc = ksum + Tp;
+        pack_rows(vp, v + item * ld + col, (size_t)ld, len, hd, hdp);
         /* keys: int8 rows, then regrouped 16 keys x 4 values a block; pad keys are zero */
         quantize_head_rows(qu, sk, k + item * ld + col, (size_t)ld, len, hd, hd4, 0);
         memset(kq, 0, (size_t)Tp * hd4);
@@ -609,37 +472,13 @@ void attention_forward_int8(float *out, float *probs, float *scratch, int slots,
         }
         quantize_head_rows(qu, sq, q + item * ld + col, (size_t)ld, len, hd, hd4, 128);
         float *inv_sum = (float *)(void *)(acc + Tp); /* [Tp] */
-        /* then the values as int8 columns, a row's weights as integers and
-         * their product (above) */
-        const int len4 = round_up(len, 4);
-        float *sv = (float *)(void *)(inv_sum + Tp);                 /* [hdp] */
-        int32_t *wv = (int32_t *)(void *)(sv + hdp);                 /* [hdp] */
-        int8_t *vq = (int8_t *)(void *)(wv + hdp);                   /* [len4 / 4][hdp][4] */
-        uint8_t *pq = (uint8_t *)(vq + (size_t)len4 * hdp);          /* [len4] */
-        quantize_value_columns(vq, sv, v + item * ld + col, (size_t)ld, len, len4, hd, hdp);
         for (int t = 0; t < len; t++) {
-            /* without the maps, one row of weights at a time */
-            float *row = probs ? pb + (size_t)t * T : pb;
             if (vnni)
                 scores_vnni(acc, qu + (size_t)t * hd4, kq, len, hd4);
             else
                 scores_c(acc, qu + (size_t)t * hd4, kq, len, hd4);
             /* the same code after either kernel: the same bits */
-            inv_sum[t] = exp_scores(row, acc, ksum, sk, sq[t], len);
-            float *o = ob + (size_t)t * d;
-            if (isnan(inv_sum[t])) {
-                for (int i = 0; i < hd; i++)
-                    o[i] = NAN;
-                continue;
-            }
-            const int32_t psum = quantize_probs(pq, row, len, len4);
-            if (vnni)
-                weighted_values_vnni(wv, pq, vq, len4, hdp);
-            else
-                weighted_values_c(wv, pq, vq, len4, hdp);
-            const float r = 1.0f / (float)psum;
-            for (int i = 0; i < hd; i++)
-                o[i] = (float)wv[i] * sv[i] * r;
+            inv_sum[t] = exp_scores(pb + (size_t)t * T, acc, ksum, sk, sq[t], len);
         }
         if (probs) {
             for (int t = 0; t < len; t++)
@@ -647,6 +486,12 @@ void attention_forward_int8(float *out, float *probs, float *scratch, int slots,
                     pb[(size_t)t * T + s] *= inv_sum[t];
             zero_outside(pb, len, T);
         }
+        /* out_t = sum_s p[t, s] v_s (normalised after, when the maps are not kept) */
+        small_gemm(len, hd, len, pb, (size_t)T, 1, vp, (size_t)hdp, ob, (size_t)d, 0);
+        if (!probs)
+            for (int t = 0; t < len; t++)
+                for (int i = 0; i < hd; i++)
+                    ob[(size_t)t * d + i] *= inv_sum[t];
         for (int t = len; t < T; t++)
             memset(ob + (size_t)t * d, 0, sizeof(float) * (size_t)hd);
     }
