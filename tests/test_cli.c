@@ -862,6 +862,106 @@ START_TEST(test_predict_matches_eval)
 }
 END_TEST
 
+/* s without its lines that hold `key` (eval's timings). */
+static void drop_lines_with(char *s, const char *key)
+{
+    char *out = s;
+    while (*s) {
+        char *nl = strchr(s, '\n');
+        size_t n = nl ? (size_t)(nl - s) + 1 : strlen(s);
+        char save = s[n - (nl ? 1 : 0)];
+        s[n - (nl ? 1 : 0)] = '\0';
+        int drop = strstr(s, key) != NULL;
+        s[n - (nl ? 1 : 0)] = save;
+        if (!drop) {
+            memmove(out, s, n);
+            out += n;
+        }
+        s += n;
+    }
+    *out = '\0';
+}
+
+/* predict (lines from a file, blank ones among them, and --csv) and eval
+ * print the same bytes at --threads 1 and 2, for the FP32 fixture and its
+ * quantized copy: batches run on the threads at once (small batches, so
+ * there are many, in several windows) and their results must come out in
+ * input order, each row's "tokens" telling the rows apart. */
+START_TEST(test_threads_same_bytes)
+{
+    char model[512], qdir[512], lines_path[512];
+    model_dir(model, sizeof model);
+    work_path(qdir, sizeof qdir, "threads-q");
+    work_path(lines_path, sizeof lines_path, "threads-lines.txt");
+    nftw(qdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    const char *quantize[] = {"quantize", "--model", model, "--out", qdir, NULL};
+    result q = run(quantize);
+    ck_assert_msg(q.status == 0, "status %d, stderr: %s", q.status, q.err);
+    result_free(&q);
+    sample_rows s;
+    read_sample(&s);
+    char *input = NULL;
+    size_t len = 0, cap = 0;
+    append(&input, &len, &cap, "", 0);
+    int n_lines = 0;
+    for (int i = 0; i < SAMPLE_TEST_ROWS; i++, n_lines++) {
+        if (i % 17 == 5) {
+            append(&input, &len, &cap, "  \n", 3);
+            n_lines++;
+        }
+        append(&input, &len, &cap, s.texts[i], strlen(s.texts[i]));
+        append(&input, &len, &cap, "\n", 1);
+    }
+    write_file(lines_path, input);
+    const char *models[] = {model, qdir};
+    for (int k = 0; k < 2; k++) {
+        result out[2][3];
+        const char *threads[] = {"1", "2"};
+        for (int t = 0; t < 2; t++) {
+            const char *lines[] = {"predict", "--model", models[k], "--json", "--batch-size", "3",
+                                   "--threads", threads[t], lines_path, NULL};
+            const char *csv[] = {"predict", "--model", models[k], "--json", "--csv", SAMPLE_TEST,
+                                 "--batch-size", "3", "--threads", threads[t], NULL};
+            const char *ev[] = {"eval", "--model", models[k], SAMPLE_TEST, "--json", "--errors",
+                                "5", "--batch-size", "3", "--threads", threads[t], NULL};
+            out[t][0] = run(lines);
+            out[t][1] = run(csv);
+            out[t][2] = run(ev);
+            for (int c = 0; c < 3; c++)
+                ck_assert_msg(out[t][c].status == 0, "%s: status %d, stderr: %s", models[k],
+                              out[t][c].status, out[t][c].err);
+            ck_assert_int_eq(count_lines(out[t][0].out), n_lines);
+            ck_assert_int_eq(count_lines(out[t][1].out), SAMPLE_TEST_ROWS);
+            drop_lines_with(out[t][2].out, "seconds\"");
+        }
+        for (int c = 0; c < 3; c++)
+            ck_assert_msg(strcmp(out[0][c].out, out[1][c].out) == 0,
+                          "%s: output %d differs at 1 and 2 threads", models[k], c);
+        /* in input order: the lines' token counts, blank lines left out,
+         * are the CSV rows' */
+        char *counts[2] = {NULL, NULL};
+        for (int c = 0; c < 2; c++) {
+            size_t counts_len = 0, counts_cap = 0;
+            append(&counts[c], &counts_len, &counts_cap, "", 0);
+            for (const char *p = out[1][c].out; (p = strstr(p, "\"tokens\":")) != NULL; p++) {
+                const char *end = strchr(p, ',');
+                append(&counts[c], &counts_len, &counts_cap, p, (size_t)(end - p) + 1);
+            }
+        }
+        ck_assert_int_eq(count_lines(out[1][1].out), SAMPLE_TEST_ROWS);
+        ck_assert_str_eq(counts[0], counts[1]);
+        free(counts[0]);
+        free(counts[1]);
+        for (int t = 0; t < 2; t++)
+            for (int c = 0; c < 3; c++)
+                result_free(&out[t][c]);
+    }
+    free(input);
+    free_sample(&s);
+    nftw(qdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+END_TEST
+
 /* Reads one line from fd within timeout seconds. */
 static int read_line_timeout(int fd, char *buf, size_t cap, double timeout)
 {
@@ -1269,6 +1369,7 @@ int main(void)
         tcase_add_test(tc, test_predict_closed_stdout);
         tcase_add_test(tc, test_predict_starts_once);
         tcase_add_test(tc, test_bench_models);
+        tcase_add_test(tc, test_threads_same_bytes);
     }
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "attnctl/attribution.h"
+#include "attnctl/infer.h"
 #include "attnctl/io.h"
 #include "attnctl/metrics.h"
 #include "attnctl/quant.h"
@@ -656,6 +657,99 @@ START_TEST(test_same_bits_lazy_and_threads)
 }
 END_TEST
 
+/* Probabilities and losses of every batch of raw (batches of 5 rows, by
+ * length) run one after another on the model, or all at once on a pool of
+ * `threads` views of it. */
+static void infer_batches(const char *dir, const ac_rawdata *raw, int pool_threads, float **probs,
+                          float **losses, size_t *n_probs)
+{
+    ac_model_dir md;
+    ac_err err = {{0}};
+    ck_assert_msg(ac_model_dir_load_inference(&md, dir, &err) == 0, "%s", err.msg);
+    ac_corpus corpus;
+    ac_batch_plan plan;
+    enum { BATCH = 5 };
+    const int T = md.model.cfg.max_len, C = md.model.cfg.n_classes;
+    ck_assert_int_eq(ac_corpus_encode(&corpus, raw, &md.config.tokenizer, &md.vocab, T, &err), 0);
+    ck_assert_int_eq(ac_batch_plan_make(&plan, &corpus, NULL, corpus.n, BATCH, 0, 0, &err), 0);
+    const int nb = (int)plan.n_batches;
+    int32_t *ids = calloc((size_t)nb * BATCH * T, sizeof *ids);
+    int32_t *lengths = calloc((size_t)nb * BATCH, sizeof *lengths);
+    int32_t *labels = calloc((size_t)nb * BATCH, sizeof *labels);
+    int64_t *rows = calloc((size_t)nb * BATCH, sizeof *rows);
+    ac_infer_job *jobs = calloc((size_t)nb, sizeof *jobs);
+    *n_probs = (size_t)nb * BATCH * C;
+    *probs = calloc(*n_probs, sizeof **probs);
+    *losses = calloc((size_t)nb * BATCH, sizeof **losses);
+    for (int b = 0; b < nb; b++) {
+        ac_batch batch = {.ids = ids + (size_t)b * BATCH * T, .lengths = lengths + b * BATCH,
+                          .labels = labels + b * BATCH, .rows = rows + b * BATCH};
+        ac_batch_fill(&batch, &corpus, &plan, b);
+        jobs[b] = (ac_infer_job){.ids = batch.ids, .lengths = batch.lengths,
+                                 .labels = batch.labels, .B = batch.B, .T = batch.T,
+                                 .probs = *probs + (size_t)b * BATCH * C,
+                                 .losses = *losses + b * BATCH};
+    }
+    if (pool_threads > 0) {
+        ac_infer_pool pool;
+        ck_assert_msg(ac_infer_pool_init(&pool, &md.model, pool_threads, nb, BATCH, T, &err) == 0,
+                      "%s", err.msg);
+        ck_assert_msg(ac_infer_pool_run(&pool, jobs, nb, &err) == 0, "%s", err.msg);
+        ac_infer_pool_free(&pool);
+    } else {
+        ac_infer run;
+        ck_assert_int_eq(ac_infer_init(&run, BATCH, T, C, AC_INFER_BY_LENGTH, 1, &err), 0);
+        for (int b = 0; b < nb; b++) {
+            ck_assert_msg(ac_infer_run(&run, &md.model, jobs[b].ids, jobs[b].lengths,
+                                       jobs[b].labels, jobs[b].B, jobs[b].T, &err) == 0,
+                          "%s", err.msg);
+            memcpy(jobs[b].probs, run.probs, (size_t)jobs[b].B * C * sizeof *run.probs);
+            memcpy(jobs[b].losses, run.losses, (size_t)jobs[b].B * sizeof *run.losses);
+        }
+        ac_infer_free(&run);
+    }
+    free(ids);
+    free(lengths);
+    free(labels);
+    free(rows);
+    free(jobs);
+    ac_batch_plan_free(&plan);
+    ac_corpus_free(&corpus);
+    ac_model_dir_free(&md);
+}
+
+/* Batches run at once on a pool of 1 or 2 threads (each a view of the
+ * model, the quantized one dequantizing its embedding rows as they come)
+ * give every batch's results, in job order, the same bits as one batch
+ * after another on the model itself: FP32 and quantized. */
+START_TEST(test_pool_same_bits)
+{
+    char *fp32 = trained_dir(), *tmp = test_temp_dir("quant"), *q = test_path(tmp, "q");
+    quantize_ok(fp32, q, 1000);
+    ac_rawdata raw;
+    read_csv(&raw, SAMPLE_TEST);
+    const char *dirs[] = {fp32, q};
+    for (int k = 0; k < 2; k++) {
+        float *p0, *l0;
+        size_t n;
+        infer_batches(dirs[k], &raw, 0, &p0, &l0, &n);
+        for (int threads = 1; threads <= 2; threads++) {
+            float *p, *l;
+            infer_batches(dirs[k], &raw, threads, &p, &l, &n);
+            ck_assert_int_eq(memcmp(p0, p, n * sizeof *p), 0);
+            ck_assert_int_eq(memcmp(l0, l, (n / 2) * sizeof *l), 0); /* two classes */
+            free(p);
+            free(l);
+        }
+        free(p0);
+        free(l0);
+    }
+    ac_rawdata_free(&raw);
+    free(q);
+    remove_dir(tmp);
+}
+END_TEST
+
 /* The parameters of a loaded quantized model are the stored int8 values
  * times their scales; the file layout is as documented; quantizing again
  * is refused, and so is an output directory holding a model. */
@@ -1007,6 +1101,7 @@ static Suite *quant_suite(void)
     tcase_add_test(tc, test_layernorm_lanes);
     tcase_add_test(tc, test_agrees_with_fp32);
     tcase_add_test(tc, test_same_bits_lazy_and_threads);
+    tcase_add_test(tc, test_pool_same_bits);
     tcase_add_test(tc, test_round_trip);
     tcase_add_test(tc, test_attribution_sees_all_weights);
     tcase_add_test(tc, test_corrupt_files);

@@ -57,4 +57,45 @@ static inline const float *ac_infer_logits(const ac_infer *s, int b)
 }
 void ac_infer_free(ac_infer *s);
 
+/* ---- whole batches on parallel threads ----
+ * Where there are many batches (eval, predict), running each on one thread,
+ * several at once, beats sharing every layer of one batch among the threads:
+ * the layers of a batch are small (a quantized model's most of all), and
+ * their fork and join cost more than they save. A pool holds one worker per
+ * thread: a view of the model (ac_model_view: the weights shared, its own
+ * activations) and its own ac_infer buffers. A batch's results do not depend
+ * on the worker or the thread count: each runs as ac_infer_run runs it. */
+
+/* One batch of a pool run: its rows and where their results go. */
+typedef struct {
+    const int32_t *ids, *lengths, *labels; /* [B * T], [B], [B] or NULL */
+    int B, T;
+    float *probs;  /* out: [B * n_classes] */
+    float *logits; /* out: [B * n_classes], or NULL */
+    float *losses; /* out: [B] (with labels), or NULL */
+    float mean_loss; /* out: with labels, as ac_infer's */
+} ac_infer_job;
+
+typedef struct {
+    int n_workers;
+    int threads;        /* for a run of one batch: shared inside it, as ac_infer_run does */
+    ac_model *views;    /* [n_workers] */
+    ac_infer *runs;     /* [n_workers] */
+    int *order;         /* [max_jobs] the jobs, biggest first */
+    ac_err *errs;       /* [max_jobs] */
+    int *failed;        /* [max_jobs] */
+    int max_jobs;
+} ac_infer_pool;
+
+/* Workers for up to `threads` batches at once (each of up to max_B x max_T,
+ * grouped by length) and runs of up to max_jobs batches. m must outlive the
+ * pool and not be freed or reallocated while it runs. */
+int ac_infer_pool_init(ac_infer_pool *p, const ac_model *m, int threads, int max_jobs, int max_B,
+                       int max_T, ac_err *err);
+/* Runs jobs [0, n) (n <= max_jobs), each on one thread; one job alone
+ * shares its layers among the threads instead. Every job's results are
+ * written; on failure, the error of the first failing job (in job order). */
+int ac_infer_pool_run(ac_infer_pool *p, ac_infer_job *jobs, int n, ac_err *err);
+void ac_infer_pool_free(ac_infer_pool *p);
+
 #endif

@@ -257,6 +257,14 @@ void ac_model_quant_materialize(ac_model *m);
  * skips loading it. */
 int ac_model_inference_needs_blas(const ac_model *m);
 
+/* A view of m for inference on another thread: m's weights, tables and
+ * quantized parts shared read-only, its own activations (none yet: allocate
+ * them with ac_model_alloc_activations). Forwards of m and of its views may
+ * run at the same time; the view has no gradients (no backward) and must be
+ * freed with ac_model_view_free, before m. */
+void ac_model_view(ac_model *view, const ac_model *m);
+void ac_model_view_free(ac_model *view); /* its activations only; NULL is fine */
+
 /* Index of a tensor by name, or -1. */
 int ac_model_find_tensor(const ac_model *m, const char *name);
 

@@ -444,6 +444,41 @@ static int explain_errors(const eval_options *o, cli_infer *s, const ac_rawdata 
     return rc == 0 ? 0 : -1;
 }
 
+typedef struct {
+    const eval_options *o;
+    const ac_rawdata *raw;
+    ac_metrics *m;
+    eval_result *r;
+} eval_tally;
+
+/* One batch's rows into the metrics, in row order (cli_infer_batch_fn);
+ * 1 after an error it reported. */
+static int tally_batch(void *user, const cli_infer *s, const cli_infer_batch *b)
+{
+    eval_tally *t = user;
+    const ac_batch *batch = &b->batch;
+    ac_err err = {{0}};
+    for (int i = 0; i < batch->B; i++) {
+        const float *probs = b->probs + (size_t)i * (size_t)s->n_classes;
+        const float loss = b->losses[i];
+        int pred = ac_argmax(probs, s->n_classes);
+        int truth = batch->labels[i];
+        if (!isfinite(loss)) {
+            cli_error("%s:%lld: the model's loss is not finite (%g): the model is broken",
+                      t->o->data_path, (long long)t->raw->line[batch->rows[i]], (double)loss);
+            return 1;
+        }
+        if (ac_metrics_add(t->m, truth, pred, probs, loss, &err) != 0) {
+            cli_error("%s", err.msg);
+            return 1;
+        }
+        if (t->r->wrong && pred != truth)
+            t->r->wrong[t->r->n_wrong++] = (wrong_example){
+                .row = batch->rows[i], .predicted = pred, .probability = probs[pred]};
+    }
+    return 0;
+}
+
 int cmd_eval(int argc, char **argv)
 {
     eval_options o;
@@ -502,31 +537,12 @@ int cmd_eval(int argc, char **argv)
     }
 
     double t_model = ac_now_s();
-    for (int64_t b = 0; b < plan.n_batches; b++) {
-        ac_batch batch = {.ids = s.ids, .lengths = s.lengths, .labels = s.labels, .rows = s.rows};
-        ac_batch_fill(&batch, &corpus, &plan, b);
-        if (cli_infer_forward(&s, batch.B, batch.T, batch.labels, &err) != 0) {
+    eval_tally tally = {&o, &raw, &m, &r};
+    int run = cli_infer_run_plan(&s, &corpus, &plan, 1, tally_batch, &tally, &err);
+    if (run != 0) {
+        if (run < 0)
             cli_error("%s", err.msg);
-            goto done;
-        }
-        const float *losses = cli_infer_losses(&s);
-        for (int i = 0; i < batch.B; i++) {
-            const float *probs = cli_infer_probs(&s, i);
-            int pred = ac_argmax(probs, s.n_classes);
-            int truth = batch.labels[i];
-            if (!isfinite(losses[i])) {
-                cli_error("%s:%lld: the model's loss is not finite (%g): the model is broken",
-                          o.data_path, (long long)raw.line[batch.rows[i]], (double)losses[i]);
-                goto done;
-            }
-            if (ac_metrics_add(&m, truth, pred, probs, losses[i], &err) != 0) {
-                cli_error("%s", err.msg);
-                goto done;
-            }
-            if (r.wrong && pred != truth)
-                r.wrong[r.n_wrong++] = (wrong_example){.row = batch.rows[i], .predicted = pred,
-                                                       .probability = probs[pred]};
-        }
+        goto done;
     }
     r.model_seconds = ac_now_s() - t_model;
     if (r.wrong)

@@ -6,6 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Rows a window of batches holds at most (more only for a window of one
+ * batch a thread): memory stays bounded for huge --batch-size. */
+#define WINDOW_ROWS 4096
+
 int cli_infer_open(cli_infer *s, const char *model_dir, int batch_size, ac_err *err)
 {
     memset(s, 0, sizeof *s);
@@ -46,6 +50,72 @@ int cli_infer_open(cli_infer *s, const char *model_dir, int batch_size, ac_err *
         cli_infer_close(s);
         return -1;
     }
+    /* A window of 8 batches a thread (the last of a window leaves a thread
+     * idle while the others finish), fewer for batches over 512 rows. */
+    const int threads = omp_get_max_threads();
+    int window = 8 * threads, cap = WINDOW_ROWS / batch_size;
+    if (window > cap)
+        window = cap > threads ? cap : threads;
+    s->window = window;
+    s->batches = calloc((size_t)window, sizeof *s->batches);
+    s->jobs = calloc((size_t)window, sizeof *s->jobs);
+    if (!s->batches || !s->jobs) {
+        cli_infer_close(s);
+        return ac_err_set(err, "out of memory for a window of %d batches", window);
+    }
+    for (int k = 0; k < window; k++) {
+        cli_infer_batch *b = &s->batches[k];
+        b->batch.ids = calloc(n_ids, sizeof *b->batch.ids);
+        b->batch.lengths = calloc((size_t)batch_size, sizeof *b->batch.lengths);
+        b->batch.labels = calloc((size_t)batch_size, sizeof *b->batch.labels);
+        b->batch.rows = calloc((size_t)batch_size, sizeof *b->batch.rows);
+        b->probs = calloc((size_t)batch_size * (size_t)s->n_classes, sizeof *b->probs);
+        b->losses = calloc((size_t)batch_size, sizeof *b->losses);
+        if (!b->batch.ids || !b->batch.lengths || !b->batch.labels || !b->batch.rows ||
+            !b->probs || !b->losses) {
+            cli_infer_close(s);
+            return ac_err_set(err, "out of memory for a window of %d batches of %d x %d tokens",
+                              window, batch_size, s->max_len);
+        }
+    }
+    if (ac_infer_pool_init(&s->pool, &s->md.model, threads, window, batch_size, s->max_len,
+                           err) != 0) {
+        cli_infer_close(s);
+        return -1;
+    }
+    return 0;
+}
+
+int cli_infer_run_window(cli_infer *s, int n, int with_labels, ac_err *err)
+{
+    if (n < 0 || n > s->window)
+        return ac_err_set(err, "internal: %d batches for a window of %d", n, s->window);
+    for (int k = 0; k < n; k++) {
+        const cli_infer_batch *b = &s->batches[k];
+        s->jobs[k] = (ac_infer_job){.ids = b->batch.ids, .lengths = b->batch.lengths,
+                                    .labels = with_labels ? b->batch.labels : NULL,
+                                    .B = b->batch.B, .T = b->batch.T, .probs = b->probs,
+                                    .losses = with_labels ? b->losses : NULL};
+    }
+    return ac_infer_pool_run(&s->pool, s->jobs, n, err);
+}
+
+int cli_infer_run_plan(cli_infer *s, const ac_corpus *corpus, const ac_batch_plan *plan,
+                       int with_labels, cli_infer_batch_fn on_batch, void *user, ac_err *err)
+{
+    for (int64_t first = 0; first < plan->n_batches; first += s->window) {
+        const int n = plan->n_batches - first < s->window ? (int)(plan->n_batches - first)
+                                                          : s->window;
+        for (int k = 0; k < n; k++)
+            ac_batch_fill(&s->batches[k].batch, corpus, plan, first + k);
+        if (cli_infer_run_window(s, n, with_labels, err) != 0)
+            return -1;
+        for (int k = 0; k < n; k++) {
+            int rc = on_batch(user, s, &s->batches[k]);
+            if (rc != 0)
+                return rc;
+        }
+    }
     return 0;
 }
 
@@ -56,6 +126,7 @@ int cli_infer_forward(cli_infer *s, int B, int T, const int32_t *labels, ac_err 
 
 void cli_infer_close(cli_infer *s)
 {
+    ac_infer_pool_free(&s->pool); /* its views before the model */
     if (s->loaded)
         ac_model_dir_free(&s->md);
     ac_tokenizer_free(s->tok);
@@ -64,6 +135,17 @@ void cli_infer_close(cli_infer *s)
     free(s->labels);
     free(s->rows);
     ac_infer_free(&s->run);
+    for (int k = 0; s->batches && k < s->window; k++) {
+        cli_infer_batch *b = &s->batches[k];
+        free(b->batch.ids);
+        free(b->batch.lengths);
+        free(b->batch.labels);
+        free(b->batch.rows);
+        free(b->probs);
+        free(b->losses);
+    }
+    free(s->batches);
+    free(s->jobs);
     memset(s, 0, sizeof *s);
 }
 

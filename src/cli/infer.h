@@ -13,6 +13,13 @@
 #include "attnctl/text.h"
 #include "attnctl/util.h"
 
+/* One batch of a window: its rows (as ac_batch) and its results. */
+typedef struct {
+    ac_batch batch;  /* ids [batch_size * max_len], lengths, labels, rows [batch_size] */
+    float *probs;    /* [batch_size * n_classes] row i's at i * n_classes */
+    float *losses;   /* [batch_size] with labels */
+} cli_infer_batch;
+
 typedef struct {
     ac_model_dir md;
     ac_tokenizer *tok;
@@ -25,6 +32,12 @@ typedef struct {
     int64_t *rows;    /* [batch_size] */
     int loaded;
     ac_infer run;     /* the forward and every row's results in batch order */
+    /* Many batches at once, each on one thread (attnctl/infer.h, the pool):
+     * a window of batches filled by the caller, run, then read in order. */
+    ac_infer_pool pool;
+    int window;             /* batches a window holds */
+    cli_infer_batch *batches; /* [window] */
+    ac_infer_job *jobs;     /* [window] */
 } cli_infer;
 
 /* Loads the model directory and allocates the batch buffers (not the activations). */
@@ -38,6 +51,18 @@ static inline const float *cli_infer_probs(const cli_infer *s, int b)
     return ac_infer_probs(&s->run, b);
 }
 static inline const float *cli_infer_losses(const cli_infer *s) { return s->run.losses; }
+/* Runs batches [0, n) of the window (their rows filled by the caller), on
+ * as many threads as there are batches, up to the thread count; with_labels:
+ * the rows' labels are in batch.labels and the losses are computed. Each
+ * batch's results are the same bits at any thread count. */
+int cli_infer_run_window(cli_infer *s, int n, int with_labels, ac_err *err);
+/* Every batch of the plan over corpus, a window at a time; then, in plan
+ * order, on_batch(user, batch) for each. A non-zero value from on_batch
+ * stops the run and is returned (errors it reports itself); -1 with err on
+ * a failed forward. */
+typedef int (*cli_infer_batch_fn)(void *user, const cli_infer *s, const cli_infer_batch *b);
+int cli_infer_run_plan(cli_infer *s, const ac_corpus *corpus, const ac_batch_plan *plan,
+                       int with_labels, cli_infer_batch_fn on_batch, void *user, ac_err *err);
 void cli_infer_close(cli_infer *s);
 /* Reads a CSV[.gz] (need_label: its labels, in the model's classes) and
  * encodes it for the model: *raw, *corpus and a plan of batches of

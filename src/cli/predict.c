@@ -308,6 +308,7 @@ typedef struct {
     int length;    /* tokens kept */
     int full_len;  /* tokens before truncation */
     int truncated;
+    int batch;     /* the window's batch */
     int model_row; /* row in the model batch */
 } slot_info;
 
@@ -372,30 +373,44 @@ static int flush_output(void)
 
 /* ----------------------------------------------------------- line streaming */
 
-/* Runs the model over the non-empty slots of a batch (their ids are in
- * slot_ids rows of stride max_len) and writes every slot's line. */
-static int run_batch(const predict_options *o, cli_infer *s, const int32_t *slot_ids,
+/* Runs the model over the non-empty slots (their ids are in slot_ids rows of
+ * stride max_len), batch_size consecutive slots a batch, the batches on the
+ * window's threads, and writes every slot's line in order. */
+static int run_slots(const predict_options *o, cli_infer *s, const int32_t *slot_ids,
                      slot_info *slots, int n_slots, ac_err *err)
 {
-    int B = 0, T = 1;
-    for (int k = 0; k < n_slots; k++)
-        if (!slots[k].empty && slots[k].length > T)
-            T = slots[k].length;
-    for (int k = 0; k < n_slots; k++) {
-        if (slots[k].empty)
-            continue;
-        int32_t *row = s->ids + (size_t)B * (size_t)T;
-        memcpy(row, slot_ids + (size_t)k * (size_t)s->max_len,
-               (size_t)slots[k].length * sizeof *row);
-        for (int t = slots[k].length; t < T; t++)
-            row[t] = AC_PAD_ID;
-        s->lengths[B] = slots[k].length;
-        slots[k].model_row = B++;
+    const int per_batch = (int)o->batch_size;
+    int n_batches = 0;
+    for (int first = 0; first < n_slots; first += per_batch) {
+        const int end = first + per_batch < n_slots ? first + per_batch : n_slots;
+        ac_batch *batch = &s->batches[n_batches].batch;
+        int B = 0, T = 1;
+        for (int k = first; k < end; k++)
+            if (!slots[k].empty && slots[k].length > T)
+                T = slots[k].length;
+        for (int k = first; k < end; k++) {
+            if (slots[k].empty)
+                continue;
+            int32_t *row = batch->ids + (size_t)B * (size_t)T;
+            memcpy(row, slot_ids + (size_t)k * (size_t)s->max_len,
+                   (size_t)slots[k].length * sizeof *row);
+            for (int t = slots[k].length; t < T; t++)
+                row[t] = AC_PAD_ID;
+            batch->lengths[B] = slots[k].length;
+            slots[k].batch = n_batches;
+            slots[k].model_row = B++;
+        }
+        batch->B = B;
+        batch->T = T;
+        if (B > 0)
+            n_batches++;
     }
-    if (B > 0 && cli_infer_forward(s, B, T, NULL, err) != 0)
+    if (cli_infer_run_window(s, n_batches, 0, err) != 0)
         return -1;
     for (int k = 0; k < n_slots; k++) {
-        const float *probs = slots[k].empty ? NULL : cli_infer_probs(s, slots[k].model_row);
+        const float *probs = slots[k].empty ? NULL
+                                            : s->batches[slots[k].batch].probs +
+                                                  (size_t)slots[k].model_row * (size_t)s->n_classes;
         if (write_result(o, s, &slots[k], probs) != 0)
             return ac_err_set(err, "out of memory while writing JSON");
     }
@@ -410,8 +425,12 @@ static int predict_lines(const predict_options *o, cli_infer *s, int fd)
     if (keep < KEEP_MIN)
         keep = KEEP_MIN;
     line_reader r;
-    int32_t *slot_ids = malloc((size_t)o->batch_size * (size_t)s->max_len * sizeof *slot_ids);
-    slot_info *slots = calloc((size_t)o->batch_size, sizeof *slots);
+    /* A round reads up to a window of batches: the first line waits, the
+     * others only join when they are already in (a batch breaks where it
+     * would have one at a time, so the batches do not depend on the threads). */
+    const int max_slots = s->window * (int)o->batch_size;
+    int32_t *slot_ids = malloc((size_t)max_slots * (size_t)s->max_len * sizeof *slot_ids);
+    slot_info *slots = calloc((size_t)max_slots, sizeof *slots);
     if (line_reader_init(&r, fd, keep) != 0 || !slot_ids || !slots) {
         cli_error("out of memory for the input buffers");
         goto done;
@@ -419,7 +438,7 @@ static int predict_lines(const predict_options *o, cli_infer *s, int fd)
     const char *name = strcmp(o->input, "-") == 0 ? "standard input" : o->input;
     for (;;) {
         int n = 0;
-        while (n < o->batch_size) {
+        while (n < max_slots) {
             int got = next_line(&r, n == 0);
             if (got < 0) {
                 cli_error("reading %s: %s", name, strerror(errno));
@@ -448,7 +467,7 @@ static int predict_lines(const predict_options *o, cli_infer *s, int fd)
         }
         if (n == 0)
             break; /* end of input */
-        if (run_batch(o, s, slot_ids, slots, n, &err) != 0) {
+        if (run_slots(o, s, slot_ids, slots, n, &err) != 0) {
             cli_error("%s", err.msg);
             goto done;
         }
@@ -467,6 +486,35 @@ done:
 }
 
 /* ---------------------------------------------------------------- CSV input */
+
+typedef struct {
+    const predict_options *o;
+    const ac_corpus *corpus;
+    int rc; /* when the output stops the run: the exit status */
+} csv_output;
+
+/* One batch's lines, in its rows' order (cli_infer_batch_fn). */
+static int write_csv_batch(void *user, const cli_infer *s, const cli_infer_batch *b)
+{
+    csv_output *out = user;
+    const ac_batch *batch = &b->batch;
+    for (int i = 0; i < batch->B; i++) {
+        int64_t row = batch->rows[i];
+        slot_info slot = {.length = batch->lengths[i], .full_len = out->corpus->full_len[row]};
+        slot.truncated = slot.full_len > slot.length;
+        if (write_result(out->o, s, &slot, b->probs + (size_t)i * (size_t)s->n_classes) != 0) {
+            cli_error("out of memory while writing JSON");
+            out->rc = CLI_EXIT_RUNTIME;
+            return 1;
+        }
+    }
+    int f = flush_output();
+    if (f != 0) {
+        out->rc = f > 0 ? CLI_EXIT_OK : CLI_EXIT_RUNTIME;
+        return 1;
+    }
+    return 0;
+}
 
 static int predict_csv(const predict_options *o, cli_infer *s)
 {
@@ -494,28 +542,15 @@ static int predict_csv(const predict_options *o, cli_infer *s)
         cli_error("%s: %s", path, err.msg);
         goto done;
     }
-    for (int64_t b = 0; b < plan.n_batches; b++) {
-        ac_batch batch = {.ids = s->ids, .lengths = s->lengths, .labels = s->labels,
-                          .rows = s->rows};
-        ac_batch_fill(&batch, &corpus, &plan, b);
-        if (cli_infer_forward(s, batch.B, batch.T, NULL, &err) != 0) {
-            cli_error("%s", err.msg);
-            goto done;
-        }
-        for (int i = 0; i < batch.B; i++) {
-            int64_t row = batch.rows[i];
-            slot_info slot = {.length = batch.lengths[i], .full_len = corpus.full_len[row]};
-            slot.truncated = slot.full_len > slot.length;
-            if (write_result(o, s, &slot, cli_infer_probs(s, i)) != 0) {
-                cli_error("out of memory while writing JSON");
-                goto done;
-            }
-        }
-        int f = flush_output();
-        if (f != 0) {
-            rc = f > 0 ? CLI_EXIT_OK : CLI_EXIT_RUNTIME;
-            goto done;
-        }
+    csv_output out = {o, &corpus, CLI_EXIT_OK};
+    int run = cli_infer_run_plan(s, &corpus, &plan, 0, write_csv_batch, &out, &err);
+    if (run < 0) {
+        cli_error("%s", err.msg);
+        goto done;
+    }
+    if (run > 0) {
+        rc = out.rc;
+        goto done;
     }
     rc = CLI_EXIT_OK;
 done:

@@ -185,3 +185,111 @@ int ac_infer_run(ac_infer *s, ac_model *m, const int32_t *ids, const int32_t *le
     s->mean_loss = labels ? loss : 0.0f;
     return 0;
 }
+
+/* ------------------------------------------------------------ the pool */
+
+int ac_infer_pool_init(ac_infer_pool *p, const ac_model *m, int threads, int max_jobs, int max_B,
+                       int max_T, ac_err *err)
+{
+    memset(p, 0, sizeof *p);
+    if (threads < 1)
+        threads = 1;
+    if (max_jobs < 1)
+        max_jobs = 1;
+    p->threads = threads;
+    p->max_jobs = max_jobs;
+    p->views = calloc((size_t)threads, sizeof *p->views);
+    p->runs = calloc((size_t)threads, sizeof *p->runs);
+    p->order = calloc((size_t)max_jobs, sizeof *p->order);
+    p->errs = calloc((size_t)max_jobs, sizeof *p->errs);
+    p->failed = calloc((size_t)max_jobs, sizeof *p->failed);
+    if (!p->views || !p->runs || !p->order || !p->errs || !p->failed) {
+        ac_infer_pool_free(p);
+        return ac_err_set(err, "out of memory for %d inference threads", threads);
+    }
+    for (int w = 0; w < threads; w++) {
+        if (ac_infer_init(&p->runs[w], max_B, max_T, m->cfg.n_classes, AC_INFER_BY_LENGTH, 1,
+                          err) != 0) {
+            ac_infer_pool_free(p);
+            return -1;
+        }
+        ac_model_view(&p->views[w], m);
+        p->n_workers = w + 1;
+    }
+    return 0;
+}
+
+void ac_infer_pool_free(ac_infer_pool *p)
+{
+    for (int w = 0; w < p->n_workers; w++) {
+        ac_infer_free(&p->runs[w]);
+        ac_model_view_free(&p->views[w]);
+    }
+    free(p->views);
+    free(p->runs);
+    free(p->order);
+    free(p->errs);
+    free(p->failed);
+    memset(p, 0, sizeof *p);
+}
+
+/* Job j on worker w; its results copied into the job. */
+static int run_job(ac_infer_pool *p, int w, ac_infer_job *j, ac_err *err)
+{
+    ac_infer *s = &p->runs[w];
+    if (ac_infer_run(s, &p->views[w], j->ids, j->lengths, j->labels, j->B, j->T, err) != 0)
+        return -1;
+    const size_t n = (size_t)j->B * (size_t)s->n_classes;
+    memcpy(j->probs, s->probs, n * sizeof *j->probs);
+    if (j->logits)
+        memcpy(j->logits, s->logits, n * sizeof *j->logits);
+    if (j->losses)
+        memcpy(j->losses, s->losses, (size_t)j->B * sizeof *j->losses);
+    j->mean_loss = s->mean_loss;
+    return 0;
+}
+
+int ac_infer_pool_run(ac_infer_pool *p, ac_infer_job *jobs, int n, ac_err *err)
+{
+    if (n < 0 || n > p->max_jobs)
+        return ac_err_set(err, "internal: %d batches for a pool of %d", n, p->max_jobs);
+    const int team = n < p->n_workers ? n : p->n_workers;
+    if (team <= 1) {
+        /* one batch (an interactive line) or one thread: the batch's
+         * layers get every thread, as ac_infer_run shares them */
+        p->runs[0].threads = p->threads;
+        for (int k = 0; k < n; k++)
+            if (run_job(p, 0, &jobs[k], err) != 0)
+                return -1;
+        return 0;
+    }
+    /* The biggest batches first (ties in job order), so the last ones to
+     * finish are small and no thread waits long for the others. */
+    for (int i = 0; i < n; i++) {
+        const long cost = (long)jobs[i].B * jobs[i].T;
+        int j = i;
+        while (j > 0 && (long)jobs[p->order[j - 1]].B * jobs[p->order[j - 1]].T < cost) {
+            p->order[j] = p->order[j - 1];
+            j--;
+        }
+        p->order[j] = i;
+        p->failed[i] = 0;
+    }
+#pragma omp parallel num_threads(team)
+    {
+        const int w = omp_get_thread_num();
+        /* the batch's layers on this thread alone (and no nested teams) */
+        p->runs[w].threads = 1;
+#pragma omp for schedule(dynamic, 1)
+        for (int i = 0; i < n; i++) {
+            const int k = p->order[i];
+            p->failed[k] = run_job(p, w, &jobs[k], &p->errs[k]) != 0;
+        }
+    }
+    for (int k = 0; k < n; k++)
+        if (p->failed[k]) {
+            *err = p->errs[k];
+            return -1;
+        }
+    return 0;
+}

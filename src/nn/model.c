@@ -349,6 +349,31 @@ void ac_model_adopt_params(ac_model *m, float *params, void *mapping, size_t map
     fill_ptrs(&m->p, m->params, m);
 }
 
+void ac_model_view(ac_model *view, const ac_model *m)
+{
+    *view = *m;
+    /* its own forward state; no gradients, no backward */
+    view->grads = NULL;
+    memset(&view->g, 0, sizeof view->g);
+    for (int k = 0; k < AC_SPARSE_TABLES; k++) {
+        view->sparse[k].mark = NULL;
+        view->sparse[k].rows = NULL;
+        view->sparse[k].n_rows = 0;
+    }
+    memset(&view->act, 0, sizeof view->act);
+    memset(&view->profile, 0, sizeof view->profile);
+    view->last_B = 0;
+    view->last_ids = view->last_lengths = view->last_labels = NULL;
+}
+
+void ac_model_view_free(ac_model *view)
+{
+    if (!view)
+        return;
+    free(view->act.mem);
+    memset(view, 0, sizeof *view);
+}
+
 int ac_model_find_tensor(const ac_model *m, const char *name)
 {
     for (int i = 0; i < m->n_tensors; i++)

@@ -330,11 +330,19 @@ void ac_model_quant_embed_rows(ac_model *m, const int32_t *ids, size_t n)
     const size_t d = (size_t)q->embed_cols;
     for (size_t i = 0; i < n; i++) {
         const size_t r = (size_t)ids[i];
-        if (q->embed_done[r]) /* each row once: a batch repeats many ids */
+        /* each row once: a batch repeats many ids. Views of the model
+         * (ac_model_view) share embed.weight and run at once: a row is
+         * written under the lock and flagged done after it is written, so a
+         * thread that sees the flag reads the whole row. */
+        if (__atomic_load_n(&q->embed_done[r], __ATOMIC_ACQUIRE))
             continue;
-        q->embed_done[r] = 1;
-        ac_dequant_rows_qb(m->p.embed_w + r * d, q->embed_q + r * ac_qb_bytes(d, AC_EMBED_BITS),
-                           q->embed_code + r, 1, d, AC_EMBED_BITS);
+#pragma omp critical(ac_quant_embed_rows)
+        if (!__atomic_load_n(&q->embed_done[r], __ATOMIC_ACQUIRE)) {
+            ac_dequant_rows_qb(m->p.embed_w + r * d,
+                               q->embed_q + r * ac_qb_bytes(d, AC_EMBED_BITS), q->embed_code + r,
+                               1, d, AC_EMBED_BITS);
+            __atomic_store_n(&q->embed_done[r], 1, __ATOMIC_RELEASE);
+        }
     }
 }
 
