@@ -133,6 +133,7 @@ $(BUILD)/tests/%: tests/%.c $(LIB) | $(DEPS_STAMP)
 CHECK_EXTRAS ?= fuzz-check valgrind-check
 check: $(TEST_BINS) $(BIN) $(PLUGIN) | $(DEPS_STAMP)
 	@ATTNCTL=$(abspath $(BIN)) BUILD=$(BUILD) sh tests/run.sh $(TEST_BINS)
+	@sh tests/file_graph.sh $(LIB_OBJS) $(CLI_OBJS)
 	@MPI_TIMED=$(if $(filter 1,$(SAN)),0,1) sh tests/mpi_check.sh $(abspath $(BIN))
 	@for t in $(CHECK_EXTRAS); do $(MAKE) --no-print-directory $$t || exit 1; done
 

@@ -17,7 +17,6 @@ int cmd_pretrain(int argc, char **argv);
 /* train and pretrain share one option parser (src/cli/train_options.c) and one
  * run (src/cli/train.c). */
 typedef enum { CLI_TRAIN = 0, CLI_PRETRAIN = 1 } cli_training_kind;
-int cli_run_training(cli_training_kind kind, int argc, char **argv);
 void cli_pretrain_help(void); /* src/cli/pretrain.c */
 /* Their options' --help, from the option table (src/cli/train_options.c). */
 void cli_print_options(cli_training_kind kind);
@@ -26,7 +25,7 @@ int cmd_predict(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
-/* The machine's FP32 peak (bench): cores x 2 FMA units x lanes x 2 flops x
+/* The machine's FP32 peak (src/cli/machine.c): cores x 2 FMA units x lanes x 2 flops x
  * the highest clock found. */
 typedef struct {
     int cores;

@@ -1,7 +1,7 @@
 /* attnctl pretrain: masked-LM pretraining of the encoder on unlabelled text.
- * The options and the run are train's (src/cli/train_options.c and
- * src/cli/train.c, the objective as a parameter); this file holds what only
- * pretrain says. */
+ * The options, the run and the command itself are train's
+ * (src/cli/train_options.c and src/cli/train.c, the objective as a
+ * parameter); this file holds what only pretrain says, its help. */
 #include <stdio.h>
 
 #include "cli.h"
@@ -26,9 +26,4 @@ void cli_pretrain_help(void)
            "pretrain on the texts you will test on.\n"
            "\n");
     cli_print_options(CLI_PRETRAIN);
-}
-
-int cmd_pretrain(int argc, char **argv)
-{
-    return cli_run_training(CLI_PRETRAIN, argc, argv);
 }

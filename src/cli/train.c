@@ -604,7 +604,7 @@ done:
     return rc;
 }
 
-int cli_run_training(cli_training_kind kind, int argc, char **argv)
+static int cli_run_training(cli_training_kind kind, int argc, char **argv)
 {
     /* MPI starts before the stop signals are unblocked, so that its threads
      * keep them blocked and they reach ours. */
@@ -629,4 +629,9 @@ int cli_run_training(cli_training_kind kind, int argc, char **argv)
 int cmd_train(int argc, char **argv)
 {
     return cli_run_training(CLI_TRAIN, argc, argv);
+}
+
+int cmd_pretrain(int argc, char **argv)
+{
+    return cli_run_training(CLI_PRETRAIN, argc, argv);
 }
