@@ -18,6 +18,7 @@
 
 #include "attnctl/io.h"
 #include "attnctl/util.h"
+#include "trainer_internal.h"
 
 /* The files of the second run that make the model, moved over the first's. */
 static const char *const MODEL_FILES[] = {"config.json", "vocab.txt", "model.safetensors"};
@@ -99,28 +100,6 @@ static int publish(const char *from, const char *out_dir, ac_err *err)
     return ac_fsync_dir(out_dir, err);
 }
 
-/* Under processes (ac_comm), every rank learns whether rank 0's step
- * failed, so that all return the same (and only rank 0 reports it). */
-static int agree_on_rank0(ac_comm *comm, int failed, ac_train_result *res, ac_err *err)
-{
-    if (!comm)
-        return failed ? -1 : 0;
-    uint64_t word = failed ? 1 : 0;
-    ac_err comm_err;
-    if (comm->or_words(comm, &word, 1, &comm_err)) {
-        if (!failed)
-            *err = comm_err;
-        return -1;
-    }
-    if (word && !failed) {
-        res->peer_failed = 1;
-        ac_err_set(err, "rank 0 failed");
-    }
-    if (word)
-        res->failure_shared = 1;
-    return word ? -1 : 0;
-}
-
 int ac_train_refit(const ac_train_options *selection, const ac_refit_plan *plan,
                    ac_train_result *res, ac_err *err)
 {
@@ -156,7 +135,11 @@ int ac_train_refit(const ac_train_options *selection, const ac_refit_plan *plan,
     if (rc == 0 && (res->status == AC_TRAIN_FINISHED || res->status == AC_TRAIN_EARLY_STOPPED)) {
         int failed = writer && (keep_temperature(dir, cfg.model.temperature, err) ||
                                 publish(dir, selection->out_dir, err));
-        rc = agree_on_rank0(selection->comm, failed, res, err);
+        /* Every rank learns whether rank 0's move failed, so all return the same. */
+        trainer_agreement a;
+        rc = processes_agree(selection->comm, failed, 0, NULL, 0, "rank 0 failed", &a, err);
+        res->peer_failed = a.peer_failed;
+        res->failure_shared = a.failure_shared;
     }
     /* Finished and moved, interrupted or failed: the first run's model
      * stays whole in out_dir unless the move completed. */

@@ -134,6 +134,9 @@ typedef struct {
     int failed;       /* some process failed */
     int stopped;      /* some process was asked to stop (also t->stop_agreed) */
     int rank0_failed; /* rank 0 failed */
+    int peer_failed;    /* the failure is another rank's, which reports it */
+    int failure_shared; /* every rank knows of the failure */
+    int communicated;   /* the ranks exchanged their flags (0: one process, or the exchange failed) */
 } trainer_agreement;
 /* The one place processes agree (collective: every rank calls it at the
  * same point): whether any failed (failed_here: this one did, its message in
@@ -145,6 +148,10 @@ typedef struct {
  * failed or the communication did, else 0. One process: -1 when failed_here. */
 int trainer_agree(trainer *t, int failed_here, int stop_here, double *slots, size_t n,
                   const char *peer_msg, trainer_agreement *a, ac_err *err);
+/* The same on a communicator alone, for a driver around whole runs (the
+ * refit) that has no trainer; trainer_agree records its outcome in t. */
+int processes_agree(ac_comm *comm, int failed_here, int stop_here, double *slots, size_t n,
+                    const char *peer_msg, trainer_agreement *a, ac_err *err);
 
 /* ---- the objective: what is trained ----
  * The loop and its parts call these without knowing which objective runs:
