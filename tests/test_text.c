@@ -11,6 +11,7 @@
 #include "../src/text/emoji_names.h"
 #include "../src/text/text_internal.h"
 #include "attnctl/rng.h"
+#include "attnctl/strbuf.h"
 #include "attnctl/text.h"
 
 /* ------------------------------------------------------------------ helpers */
@@ -817,6 +818,85 @@ START_TEST(test_vocab_load_lenient)
     vocab_expect(&v, want, 2);
     ck_assert_int_eq(v.with_cls, 0);
     ac_vocab_free(&v);
+}
+END_TEST
+
+/* A vocabulary of plain lines (no control byte, valid UTF-8) is read by a
+ * fast path, any other (here CRLF) byte by byte: both give the same tokens,
+ * every token of 1..23 bytes (ASCII and UTF-8) finds its id, near misses
+ * find none, and a duplicate is reported with its lines, however far apart
+ * the two are and also among the last lines. */
+START_TEST(test_vocab_load_both_paths)
+{
+    enum { N = 202 };
+    static char tokens[N][32];
+    ac_strbuf lf, crlf;
+    ac_strbuf_init(&lf);
+    ac_strbuf_init(&crlf);
+    for (int i = 0; i < N; i++) {
+        if (i < 2)
+            snprintf(tokens[i], sizeof tokens[i], "%s", i == 0 ? "<pad>" : "<unk>");
+        else { /* lengths 1..23 (every tail of the hash), told apart by their first two
+                  bytes; some end in UTF-8 */
+            const int len = 1 + i % 23;
+            memset(tokens[i], 'm', (size_t)len);
+            tokens[i][0] = (char)('a' + (i / 23) % 26);
+            if (len > 1)
+                tokens[i][1] = (char)('a' + i % 23);
+            if (len >= 4 && i % 5 == 0)
+                memcpy(tokens[i] + len - 2, "\xC3\xA9", 2);
+            tokens[i][len] = '\0';
+        }
+    }
+    for (int i = 0; i < N; i++) {
+        ac_strbuf_printf(&lf, "%s\n", tokens[i]);
+        ac_strbuf_printf(&crlf, "%s\r\n", tokens[i]);
+    }
+    ac_vocab a, b;
+    vocab_from_text(&a, lf.data);
+    vocab_from_text(&b, crlf.data);
+    for (int i = 0; i < N; i++) {
+        const size_t len = strlen(tokens[i]);
+        ck_assert_str_eq(a.tokens[i], tokens[i]);
+        ck_assert_str_eq(b.tokens[i], tokens[i]);
+        ck_assert_int_eq(ac_vocab_lookup(&a, tokens[i], len), i);
+        ck_assert_int_eq(ac_vocab_lookup(&b, tokens[i], len), i);
+        char miss[40];
+        memcpy(miss, tokens[i], len);
+        miss[len] = 'q';
+        ck_assert_int_eq(ac_vocab_lookup(&a, miss, len + 1), AC_UNK_ID); /* one byte longer */
+        if (len > 2) /* (a prefix of one byte is a token of its own) */
+            ck_assert_int_eq(ac_vocab_lookup(&a, miss, len - 1), AC_UNK_ID); /* shorter */
+        miss[0] = '~';
+        ck_assert_int_eq(ac_vocab_lookup(&a, miss, len), AC_UNK_ID); /* one byte differs */
+    }
+    ac_vocab_free(&a);
+    ac_vocab_free(&b);
+    /* duplicates: line 5 again on line 150, and the last line a copy of the one before */
+    const struct { int first, again; } dups[] = {{5, 150}, {N - 1, N}};
+    for (size_t d = 0; d < 2; d++) {
+        for (int crlf_ends = 0; crlf_ends <= 1; crlf_ends++) {
+            ac_strbuf text;
+            ac_strbuf_init(&text);
+            for (int i = 0; i < N; i++)
+                ac_strbuf_printf(&text, "%s%s",
+                                 i + 1 == dups[d].again ? tokens[dups[d].first - 1] : tokens[i],
+                                 crlf_ends ? "\r\n" : "\n");
+            char path[64], want[128];
+            write_temp(path, sizeof path, text.data, text.len);
+            ac_vocab v;
+            ac_err err = {{0}};
+            int rc = ac_vocab_load(&v, path, &err);
+            unlink(path);
+            ck_assert_int_eq(rc, -1);
+            snprintf(want, sizeof want, "%s:%d: duplicate token \"%s\" (first on line %d)", path,
+                     dups[d].again, tokens[dups[d].first - 1], dups[d].first);
+            ck_assert_str_eq(err.msg, want);
+            ac_strbuf_free(&text);
+        }
+    }
+    ac_strbuf_free(&lf);
+    ac_strbuf_free(&crlf);
 }
 END_TEST
 
@@ -1736,6 +1816,7 @@ int main(void)
     tcase_add_test(voc, test_vocab_training_rows_only);
     tcase_add_test(voc, test_vocab_write_load_roundtrip);
     tcase_add_test(voc, test_vocab_load_lenient);
+    tcase_add_test(voc, test_vocab_load_both_paths);
     tcase_add_test(voc, test_vocab_mask_token);
     tcase_add_loop_test(voc, test_vocab_load_errors, 0, (int)(sizeof BAD_VOCABS / sizeof BAD_VOCABS[0]));
     tcase_add_test(voc, test_vocab_load_nul_and_missing);

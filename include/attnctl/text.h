@@ -136,13 +136,19 @@ int64_t ac_tokenize(ac_tokenizer *t, const char *text, size_t len, const ac_toke
  * attnctl 0.1 (no <mask>) keeps its ids; the tokenizer never yields "<mask>"
  * or "<cls>" (it splits '<' and '>' off), so no text maps to them. */
 typedef struct {
+    int32_t id; /* -1: empty */
+    uint32_t tag;
+} ac_vocab_slot;
+
+typedef struct {
     int32_t size;
     char **tokens;     /* [size], NUL-terminated, pointing into storage */
     char *storage;     /* the token strings, one allocation (vocab.txt's bytes when loaded) */
     int with_cls;
     int32_t mask_id;   /* id of <mask>, or -1 when the vocabulary has none */
-    /* open-addressing hash table token -> id */
-    int32_t *slots;
+    /* open-addressing hash table token -> id; the tag (the hash's high half)
+     * settles most mismatches without reading the token */
+    ac_vocab_slot *slots;
     uint32_t n_slots;
 } ac_vocab;
 

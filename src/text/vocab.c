@@ -26,11 +26,12 @@ enum { SPECIAL_CLS = 2, SPECIAL_MASK = 3 };
 /* Rows are handed to threads in chunks this big (dynamic schedule). */
 #define COUNT_CHUNK_ROWS 256
 
-/* FNV-1a's low bits are weak on short keys; fold the high half in. */
+/* The slot from the hash's low bits (the high half folded in), the tag from its high half. */
 static inline uint32_t slot_of(uint64_t h, uint32_t mask)
 {
     return (uint32_t)(h ^ (h >> 32)) & mask;
 }
+static inline uint32_t tag_of(uint64_t h) { return (uint32_t)(h >> 32); }
 
 /* ------------------------------------------------------------ token counts */
 
@@ -152,16 +153,17 @@ static int vocab_index(ac_vocab *v, int32_t *dup, int32_t *first)
     for (int32_t id = 0; id < v->size; id++) {
         const char *tok = v->tokens[id];
         size_t len = strlen(tok);
-        uint32_t k = slot_of(ac_token_hash(tok, len), mask);
-        while (v->slots[k] >= 0) {
-            if (strcmp(v->tokens[v->slots[k]], tok) == 0) {
+        const uint64_t h = ac_token_hash(tok, len);
+        uint32_t k = slot_of(h, mask);
+        while (v->slots[k].id >= 0) {
+            if (v->slots[k].tag == tag_of(h) && strcmp(v->tokens[v->slots[k].id], tok) == 0) {
                 *dup = id;
-                *first = v->slots[k];
+                *first = v->slots[k].id;
                 return -1;
             }
             k = (k + 1) & mask;
         }
-        v->slots[k] = id;
+        v->slots[k] = (ac_vocab_slot){id, tag_of(h)};
     }
     return 0;
 }
@@ -171,11 +173,14 @@ int32_t ac_vocab_lookup(const ac_vocab *v, const char *s, size_t len)
     if (!v->n_slots)
         return AC_UNK_ID;
     uint32_t mask = v->n_slots - 1;
-    uint32_t k = slot_of(ac_token_hash(s, len), mask);
-    for (;;) {
-        int32_t id = v->slots[k];
+    const uint64_t h = ac_token_hash(s, len);
+    uint32_t k = slot_of(h, mask);
+    for (;; k = (k + 1) & mask) {
+        int32_t id = v->slots[k].id;
         if (id < 0)
             return AC_UNK_ID;
+        if (v->slots[k].tag != tag_of(h))
+            continue;
         /* byte by byte, stopping at the token's NUL: never reads past it */
         const char *tok = v->tokens[id];
         size_t i = 0;
@@ -183,7 +188,6 @@ int32_t ac_vocab_lookup(const ac_vocab *v, const char *s, size_t len)
             i++;
         if (i == len && tok[len] == '\0')
             return id;
-        k = (k + 1) & mask;
     }
 }
 
@@ -476,6 +480,42 @@ static int check_vocab_line(ac_vocab *v, const vocab_line *l, int64_t lineno, co
     return 0;
 }
 
+/* Lines between a token's hash and its insertion in ac_vocab_load. */
+#define LOAD_AHEAD 16
+
+/* Puts token id (hash h) of a loaded vocabulary in the table; the first
+ * duplicate is noted in *dup (its first occurrence in *first) and reported
+ * once every line has passed its checks. */
+static void insert_loaded(ac_vocab *v, int32_t id, uint64_t h, int32_t *dup, int32_t *first)
+{
+    const uint32_t mask = v->n_slots - 1;
+    uint32_t k = slot_of(h, mask);
+    while (v->slots[k].id >= 0 &&
+           (v->slots[k].tag != tag_of(h) || strcmp(v->tokens[v->slots[k].id], v->tokens[id]) != 0))
+        k = (k + 1) & mask;
+    if (v->slots[k].id < 0)
+        v->slots[k] = (ac_vocab_slot){id, tag_of(h)};
+    else if (*dup < 0) {
+        *dup = id;
+        *first = v->slots[k].id;
+    }
+}
+
+/* 1 when no byte is a control byte, a space or DEL (but '\n') and the file
+ * is valid UTF-8, as in most vocabularies: then the per-byte checks of a
+ * line have nothing to find ('\n' is never part of a UTF-8 sequence, so a
+ * valid file has valid lines). One pass the compiler vectorises. */
+static int plain_lines(const char *data, size_t len)
+{
+    unsigned char control = 0, high = 0;
+    for (size_t i = 0; i < len; i++) {
+        const unsigned char c = (unsigned char)data[i];
+        control |= (unsigned char)((c < 0x21 && c != '\n') | (c == 0x7f));
+        high |= c;
+    }
+    return !control && (!(high & 0x80) || ac_utf8_valid_prefix(data, len) == len);
+}
+
 /* One read of the whole file, which becomes the tokens' storage (each line
  * end overwritten with a NUL); the hash table is filled in the same pass. A
  * cold `attnctl predict` loads 30,000 tokens: a malloc per token and a
@@ -521,47 +561,55 @@ int ac_vocab_load(ac_vocab *v, const char *path, ac_err *err)
     const uint32_t mask = v->n_slots - 1;
     int32_t dup = -1, first = -1;
     int64_t lineno = 0;
+    uint64_t pending[LOAD_AHEAD]; /* the hashes of the lines not yet in the table */
+    const int plain = plain_lines(data, len);
     for (char *p = data; p < end;) {
-        /* One pass over the line: its end, its hash, and what the checks need. */
         vocab_line l = {.text = p};
-        uint64_t h = AC_TOKEN_HASH_START, h_without_last = h;
-        size_t first_bad = SIZE_MAX;
-        unsigned char all_bits = 0;
-        for (; p < end && *p != '\n'; p++) {
-            unsigned char c = (unsigned char)*p;
-            h_without_last = h;
-            h = ac_token_hash_step(h, c);
-            all_bits |= c;
-            if ((c <= ' ' || c == 0x7f) && first_bad == SIZE_MAX)
-                first_bad = (size_t)(p - l.text);
-            l.has_nul |= c == 0;
-        }
+        uint64_t h;
         char *line = (char *)l.text;
-        l.len = (size_t)(p - line);
-        if (p < end)
-            p++; /* past the '\n' */
-        if (l.len && line[l.len - 1] == '\r') { /* CRLF */
-            l.len--;
-            h = h_without_last;
+        if (plain) { /* nothing for the checks to find byte by byte */
+            char *nl = memchr(p, '\n', (size_t)(end - p));
+            p = nl ? nl : end;
+            l.len = (size_t)(p - line);
+            h = ac_token_hash(line, l.len);
+            l.first_bad = l.len;
+            if (p < end)
+                p++; /* past the '\n' */
+        } else {
+            /* One pass over the line: its end and what the checks need. */
+            size_t first_bad = SIZE_MAX;
+            unsigned char all_bits = 0;
+            for (; p < end && *p != '\n'; p++) {
+                unsigned char c = (unsigned char)*p;
+                all_bits |= c;
+                if ((c <= ' ' || c == 0x7f) && first_bad == SIZE_MAX)
+                    first_bad = (size_t)(p - l.text);
+                l.has_nul |= c == 0;
+            }
+            l.len = (size_t)(p - line);
+            if (p < end)
+                p++; /* past the '\n' */
+            if (l.len && line[l.len - 1] == '\r') /* CRLF */
+                l.len--;
+            h = ac_token_hash(line, l.len);
+            l.first_bad = first_bad < l.len ? first_bad : l.len;
+            l.non_ascii = (all_bits & 0x80) != 0;
         }
         line[l.len] = '\0'; /* the '\n', the '\r' or the spare byte */
-        l.first_bad = first_bad < l.len ? first_bad : l.len;
-        l.non_ascii = (all_bits & 0x80) != 0;
         lineno++;
         if (check_vocab_line(v, &l, lineno, path, err) != 0)
             goto fail;
         int32_t id = v->size++;
         v->tokens[id] = line;
-        uint32_t k = slot_of(h, mask);
-        while (v->slots[k] >= 0 && strcmp(v->tokens[v->slots[k]], line) != 0)
-            k = (k + 1) & mask;
-        if (v->slots[k] < 0)
-            v->slots[k] = id;
-        else if (dup < 0) { /* reported once every line has passed its checks */
-            dup = id;
-            first = v->slots[k];
-        }
+        /* Inserted LOAD_AHEAD lines later, when its slot has been fetched:
+         * the table is larger than a core's fastest caches. */
+        __builtin_prefetch(&v->slots[slot_of(h, mask)], 1);
+        if (id >= LOAD_AHEAD)
+            insert_loaded(v, id - LOAD_AHEAD, pending[id % LOAD_AHEAD], &dup, &first);
+        pending[id % LOAD_AHEAD] = h;
     }
+    for (int32_t id = v->size - LOAD_AHEAD > 0 ? v->size - LOAD_AHEAD : 0; id < v->size; id++)
+        insert_loaded(v, id, pending[id % LOAD_AHEAD], &dup, &first);
     if (lineno == 1) {
         ac_err_set(err, "%s:2: missing \"<unk>\" (a vocabulary starts with <pad>, <unk>)", path);
         goto fail;
