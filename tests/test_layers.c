@@ -1552,6 +1552,46 @@ static void det_free(det_run *run)
         free(run->bufs[i].data);
 }
 
+/* A text's wide buckets are the set of its n-grams' buckets, ascending and
+ * distinct, for texts that are short or long, all alike, ascending,
+ * descending or random (the sort's easy and hard inputs). Reference: a
+ * presence table over the buckets. */
+START_TEST(test_wide_buckets_are_the_sorted_set)
+{
+    enum { MAX_LEN = 3000, ORDER = 3 };
+    int32_t *ids = malloc(sizeof(int32_t) * MAX_LEN), *out = malloc(sizeof(int32_t) * MAX_LEN * ORDER);
+    const int lengths[] = {0, 1, 2, 5, 24, 25, 100, 1000, MAX_LEN};
+    for (int shape = 0; shape < 4; shape++)
+        for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++)
+            for (int n_buckets = 7; n_buckets <= 1 << 20; n_buckets *= 149) {
+                const int len = lengths[li];
+                for (int t = 0; t < len; t++)
+                    ids[t] = shape == 0   ? 5
+                             : shape == 1 ? t
+                             : shape == 2 ? len - t
+                                          : (int32_t)ac_rng_below(3, (uint64_t)t, 50);
+                unsigned char *present = calloc((size_t)n_buckets, 1);
+                int want = 0;
+                for (int n = 1; n <= ORDER; n++)
+                    for (int t = 0; t + n <= len; t++) {
+                        uint32_t b = wide_bucket(ids + t, n, n_buckets);
+                        want += !present[b];
+                        present[b] = 1;
+                    }
+                const int got = wide_buckets_of_text(out, ids, len, ORDER, n_buckets);
+                ck_assert_int_eq(got, want);
+                for (int i = 0; i < got; i++) {
+                    ck_assert(out[i] >= 0 && out[i] < n_buckets && present[out[i]]);
+                    if (i > 0)
+                        ck_assert_int_lt(out[i - 1], out[i]);
+                }
+                free(present);
+            }
+    free(ids);
+    free(out);
+}
+END_TEST
+
 START_TEST(test_thread_count_does_not_change_results)
 {
     int saved = omp_get_max_threads();
@@ -1608,6 +1648,7 @@ int main(void)
     tcase_add_test(tc, test_crossentropy_stable_for_huge_logits);
     tcase_add_test(tc, test_crossentropy_confident_loss_positive);
     tcase_add_test(tc, test_thread_count_does_not_change_results);
+    tcase_add_test(tc, test_wide_buckets_are_the_sorted_set);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -6,8 +6,10 @@
 
 #include <math.h>
 
-/* Heapsort: in place, because glibc's qsort may allocate and a training
- * step allocates nothing. */
+/* In place, because glibc's qsort may allocate and a training step
+ * allocates nothing: quicksort (median of three, insertion sort for short
+ * runs), with heapsort below a depth limit so that no input is quadratic.
+ * Integers: every algorithm gives the same order. */
 static void sift_down(int32_t *v, int root, int n)
 {
     for (;;) {
@@ -25,7 +27,7 @@ static void sift_down(int32_t *v, int root, int n)
     }
 }
 
-static void sort_int32(int32_t *v, int n)
+static void heap_sort(int32_t *v, int n)
 {
     for (int i = n / 2 - 1; i >= 0; i--)
         sift_down(v, i, n);
@@ -35,6 +37,59 @@ static void sort_int32(int32_t *v, int n)
         v[end] = tmp;
         sift_down(v, 0, end);
     }
+}
+
+static void insertion_sort(int32_t *v, int n)
+{
+    for (int i = 1; i < n; i++) {
+        const int32_t x = v[i];
+        int j = i;
+        for (; j > 0 && v[j - 1] > x; j--)
+            v[j] = v[j - 1];
+        v[j] = x;
+    }
+}
+
+static void quick_sort(int32_t *v, int n, int depth)
+{
+    while (n > 24) {
+        if (depth-- == 0) {
+            heap_sort(v, n);
+            return;
+        }
+        const int32_t a = v[0], b = v[n / 2], c = v[n - 1];
+        const int32_t pivot = a < b ? (b < c ? b : a < c ? c : a) : (a < c ? a : b < c ? c : b);
+        int i = 0, j = n - 1;
+        for (;;) { /* Hoare partition: v[0..j] <= pivot <= v[j+1..n) */
+            while (v[i] < pivot)
+                i++;
+            while (v[j] > pivot)
+                j--;
+            if (i >= j)
+                break;
+            int32_t tmp = v[i];
+            v[i++] = v[j];
+            v[j--] = tmp;
+        }
+        /* the shorter side first, by recursion; the longer by the loop */
+        if (j + 1 < n - j - 1) {
+            quick_sort(v, j + 1, depth);
+            v += j + 1;
+            n -= j + 1;
+        } else {
+            quick_sort(v + j + 1, n - j - 1, depth);
+            n = j + 1;
+        }
+    }
+    insertion_sort(v, n);
+}
+
+static void sort_int32(int32_t *v, int n)
+{
+    int depth = 0;
+    for (int m = n; m > 1; m >>= 1)
+        depth += 2;
+    quick_sort(v, n, depth);
 }
 
 uint32_t wide_bucket(const int32_t *gram, int n, int n_buckets)
