@@ -316,15 +316,17 @@ static void quantize_head_rows(uint8_t *dst, float *scales, const float *x, size
     }
 }
 
-/* acc[s] = sum_i qu[i] * kq[s][i] for s < len rounded to 16: qu one query row (unsigned,
- * hd4 bytes), kq the keys as [len rounded to 16 / 16][hd4 / 4][16][4] signed
- * bytes (16 keys x 4 values a 64-byte block). */
-static void scores_c(int32_t *acc, const uint8_t *qu, const int8_t *kq, int len, int hd4)
+/* acc[s] = sum_i qu[i] * kq[s][i] - kbias[s] for s < len rounded to 16: qu
+ * one query row (unsigned, hd4 bytes), kq the keys as [len rounded to 16 /
+ * 16][hd4 / 4][16][4] signed bytes (16 keys x 4 values a 64-byte block),
+ * kbias the query's shift of 128 times each key's sum (taken back here). */
+static void scores_c(int32_t *acc, const uint8_t *qu, const int8_t *kq, const int32_t *kbias,
+                     int len, int hd4)
 {
     const int j4 = hd4 / 4;
     for (int s = 0; s < round_up(len, 16); s++) { /* pad keys (zero) too, as scores_vnni */
         const int8_t *blk = kq + (size_t)(s / 16) * j4 * 64 + (s % 16) * 4;
-        int32_t sum = 0;
+        int32_t sum = -kbias[s];
         for (int j = 0; j < j4; j++)
             for (int e = 0; e < 4; e++)
                 sum += (int32_t)qu[4 * j + e] * (int32_t)blk[(size_t)j * 64 + e];
@@ -337,14 +339,19 @@ static void scores_c(int32_t *acc, const uint8_t *qu, const int8_t *kq, int len,
  * latency of the dot-product instruction, and each query broadcast serves
  * all four. Integer sums: the same values in any order. */
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void
-scores_vnni(int32_t *acc, const uint8_t *qu, const int8_t *kq, int len, int hd4)
+scores_vnni(int32_t *acc, const uint8_t *qu, const int8_t *kq, const int32_t *kbias, int len,
+            int hd4)
 {
     const int j4 = hd4 / 4, blocks = round_up(len, 16) / 16;
     const size_t block_bytes = (size_t)j4 * 64;
+    const __m512i zero = _mm512_setzero_si512();
     int b = 0;
     for (; b + 4 <= blocks; b += 4) {
         const int8_t *blk = kq + (size_t)b * block_bytes;
-        __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+        __m512i a0 = _mm512_sub_epi32(zero, _mm512_loadu_si512((const void *)(kbias + 16 * b))),
+                a1 = _mm512_sub_epi32(zero, _mm512_loadu_si512((const void *)(kbias + 16 * b + 16))),
+                a2 = _mm512_sub_epi32(zero, _mm512_loadu_si512((const void *)(kbias + 16 * b + 32))),
+                a3 = _mm512_sub_epi32(zero, _mm512_loadu_si512((const void *)(kbias + 16 * b + 48)));
         for (int j = 0; j < j4; j++) {
             int32_t four;
             memcpy(&four, qu + 4 * j, 4);
@@ -364,7 +371,7 @@ scores_vnni(int32_t *acc, const uint8_t *qu, const int8_t *kq, int len, int hd4)
     }
     for (; b < blocks; b++) {
         const int8_t *blk = kq + (size_t)b * block_bytes;
-        __m512i a = _mm512_setzero_si512();
+        __m512i a = _mm512_sub_epi32(zero, _mm512_loadu_si512((const void *)(kbias + 16 * b)));
         for (int j = 0; j < j4; j++) {
             int32_t four;
             memcpy(&four, qu + 4 * j, 4);
@@ -375,9 +382,10 @@ scores_vnni(int32_t *acc, const uint8_t *qu, const int8_t *kq, int len, int hd4)
     }
 }
 #else
-static void scores_vnni(int32_t *acc, const uint8_t *qu, const int8_t *kq, int len, int hd4)
+static void scores_vnni(int32_t *acc, const uint8_t *qu, const int8_t *kq, const int32_t *kbias,
+                        int len, int hd4)
 {
-    scores_c(acc, qu, kq, len, hd4);
+    scores_c(acc, qu, kq, kbias, len, hd4);
 }
 #endif
 
@@ -393,23 +401,25 @@ static inline vf16 row_max(vf16 a, vf16 b)
 }
 
 /* One row of attention weights from its integer scores, in base 2: y[s] =
- * (acc[s] - kbias[s]) sq ks[s] (ks = the key's scale x the softmax scale x
- * log2 e, kbias = 128 x the key's sum), row[s] = 2^(y[s] - max y); returns 1
- * / the row's sum (the caller normalises). Two passes, 16 lanes at a time,
- * fixed order. A row that is not finite becomes NaN. */
-static float exp_scores(float *row, const int32_t *acc, const int32_t *kbias, const float *ks,
-                        float sq, int len)
+ * acc[s] sq ks[s] (ks = the key's scale x the softmax scale x log2 e),
+ * row[s] = 2^(y[s] - max y); returns 1 / the row's sum (the caller
+ * normalises). Two passes, 16 lanes at a time, fixed order. `checked`: the
+ * caller found sq and every sq ks[s] finite, so no y is NaN or infinite
+ * and the first pass need not look; else a row that is not finite becomes
+ * NaN. The same values either way. */
+static inline __attribute__((always_inline)) float
+exp_scores_body(float *row, const int32_t *acc, const float *ks, float sq, int len, int checked)
 {
     vf16 vmax = vf_splat(-INFINITY);
     vi16 nan = {0};
     const vf16 vsq = vf_splat(sq);
     int s = 0;
     for (; s + VF_LANES <= len; s += VF_LANES) {
-        vi16 a, k;
+        vi16 a;
         memcpy(&a, acc + s, sizeof a);
-        memcpy(&k, kbias + s, sizeof k);
-        vf16 x = __builtin_convertvector(a - k, vf16) * (vsq * vf_load(ks + s));
-        nan |= x != x;
+        vf16 x = __builtin_convertvector(a, vf16) * (vsq * vf_load(ks + s));
+        if (!checked)
+            nan |= x != x;
         vmax = row_max(vmax, x);
         vf_store(row + s, x);
     }
@@ -419,19 +429,18 @@ static float exp_scores(float *row, const int32_t *acc, const int32_t *kbias, co
     vi16 lane_in = {0};
     vf16 tail = vf_splat(0.0f);
     if (rest > 0) {
-        vi16 a, k;
+        vi16 a;
         memcpy(&a, acc + s, sizeof a);
-        memcpy(&k, kbias + s, sizeof k);
         for (int i = 0; i < VF_LANES; i++)
             lane_in[i] = i < rest ? -1 : 0;
-        tail = vf_select(lane_in,
-                         __builtin_convertvector(a - k, vf16) * (vsq * vf_load(ks + s)),
+        tail = vf_select(lane_in, __builtin_convertvector(a, vf16) * (vsq * vf_load(ks + s)),
                          vf_splat(-INFINITY));
-        nan |= tail != tail;
+        if (!checked)
+            nan |= tail != tail;
         vmax = row_max(vmax, tail);
     }
     const float m = vf_hmax_nonan(vmax);
-    if (vi_any(nan) || !isfinite(m)) {
+    if (!checked && (vi_any(nan) || !isfinite(m))) {
         for (int i = 0; i < len; i++)
             row[i] = NAN;
         return NAN;
@@ -449,6 +458,15 @@ static float exp_scores(float *row, const int32_t *acc, const int32_t *kbias, co
         memcpy(row + s, &e, sizeof(float) * (size_t)rest);
     }
     return 1.0f / vf_sum(vsum);
+}
+
+static float exp_scores(float *row, const int32_t *acc, const float *ks, float ks_max, float sq,
+                        int len)
+{
+    /* |acc| < 2^31: with sq ks_max finite and below 2^96 every y is finite */
+    if (isfinite(ks_max) && isfinite(sq) && sq * ks_max < 0x1p96f)
+        return exp_scores_body(row, acc, ks, sq, len, 1);
+    return exp_scores_body(row, acc, ks, sq, len, 0);
 }
 
 void attention_forward_int8(float *out, float *probs, float *scratch, int slots, const float *q,
@@ -495,15 +513,18 @@ void attention_forward_int8(float *out, float *probs, float *scratch, int slots,
             ksum[s] = 0;
             sk[s] = 0.0f;
         }
+        float sk_max = 0.0f; /* NaN when a key's scale is */
+        for (int s = 0; s < len; s++)
+            sk_max = sk[s] > sk_max || sk[s] != sk[s] ? sk[s] : sk_max;
         quantize_head_rows(qu, sq, q + item * ld + col, (size_t)ld, len, hd, hd4, 128);
         float *inv_sum = (float *)(void *)(acc + Tp); /* [Tp] */
         for (int t = 0; t < len; t++) {
             if (vnni)
-                scores_vnni(acc, qu + (size_t)t * hd4, kq, len, hd4);
+                scores_vnni(acc, qu + (size_t)t * hd4, kq, ksum, len, hd4);
             else
-                scores_c(acc, qu + (size_t)t * hd4, kq, len, hd4);
+                scores_c(acc, qu + (size_t)t * hd4, kq, ksum, len, hd4);
             /* the same code after either kernel: the same bits */
-            inv_sum[t] = exp_scores(pb + (size_t)t * T, acc, ksum, sk, sq[t], len);
+            inv_sum[t] = exp_scores(pb + (size_t)t * T, acc, sk, sk_max, sq[t], len);
         }
         if (probs) {
             for (int t = 0; t < len; t++)
