@@ -540,6 +540,19 @@ START_TEST(test_attention_int8)
     }
     attention_int8_run(ref, pa, qkv, lengths, B, T, D, H, 0, 1);
     ck_assert_int_eq(memcmp(pa, pb, sizeof(float) * n_probs), 0);
+    if (ac_qkernel_available(AC_QKERNEL_AMX)) {
+        /* the values' sum in bf16 on AMX tiles: the same bits at 1 and 2
+         * threads, within bf16 rounding of the integer kernels */
+        float *x1 = malloc(sizeof(float) * n_out), *x2 = malloc(sizeof(float) * n_out);
+        attention_int8_run(x1, NULL, qkv, lengths, B, T, D, H, 2, 1);
+        attention_int8_run(x2, NULL, qkv, lengths, B, T, D, H, 2, 2);
+        ck_assert_int_eq(memcmp(x1, x2, sizeof(float) * n_out), 0);
+        for (size_t i = 0; i < n_out; i++)
+            ck_assert_msg(fabsf(x1[i] - a[i]) < 0.01f, "%zu: AMX %g, VNNI %g", i, (double)x1[i],
+                          (double)a[i]);
+        free(x1);
+        free(x2);
+    }
     for (size_t i = 0; i < n_out; i++) /* normalised before or after the sum */
         ck_assert_float_eq_tol(a[i], ref[i], 1e-5f);
     for (int bh = 0; bh < B * H; bh++)
@@ -567,6 +580,39 @@ START_TEST(test_attention_int8)
 }
 END_TEST
 
+/* The AMX kernel for heads of 32 values (two tiles of sums), of 8 (padded
+ * to 16) and of 64, with lengths across 32-key chunks and 16-row blocks:
+ * within bf16 rounding of the VNNI kernel, the same bits at 1 and 2 threads. */
+START_TEST(test_attention_int8_amx_shapes)
+{
+    if (!ac_qkernel_available(AC_QKERNEL_AMX))
+        return;
+    enum { B = 3, T = 70, D = 64 };
+    const int32_t lengths[B] = {T, 33, 1};
+    const int heads[] = {1, 2, 8};
+    float *qkv = malloc(sizeof(float) * B * T * 3 * D);
+    for (int i = 0; i < B * T * 3 * D; i++)
+        qkv[i] = ac_rng_normal(11, (uint64_t)i);
+    const size_t n_out = (size_t)B * T * D;
+    float *a = malloc(sizeof(float) * n_out), *x1 = malloc(sizeof(float) * n_out),
+          *x2 = malloc(sizeof(float) * n_out);
+    for (size_t h = 0; h < sizeof heads / sizeof heads[0]; h++) {
+        const int H = heads[h];
+        attention_int8_run(a, NULL, qkv, lengths, B, T, D, H, 1, 1);
+        attention_int8_run(x1, NULL, qkv, lengths, B, T, D, H, 2, 1);
+        attention_int8_run(x2, NULL, qkv, lengths, B, T, D, H, 2, 2);
+        ck_assert_int_eq(memcmp(x1, x2, sizeof(float) * n_out), 0);
+        for (size_t i = 0; i < n_out; i++)
+            ck_assert_msg(fabsf(x1[i] - a[i]) < 0.01f, "H %d, %zu: AMX %g, VNNI %g", H, i,
+                          (double)x1[i], (double)a[i]);
+    }
+    free(qkv);
+    free(a);
+    free(x1);
+    free(x2);
+}
+END_TEST
+
 /* A query or key row that is not finite (a diverged or corrupt model) makes
  * its item's outputs NaN and leaves the other items as they were; no NaN
  * reaches an integer conversion (UBSan in `make asan` and the fuzz target
@@ -587,6 +633,17 @@ START_TEST(test_attention_int8_not_finite)
         qkv[(size_t)4 * 3 * D + D + 3] = INFINITY; /* item 0, key of position 4, head 0 */
         for (int vnni = 0; vnni <= ac_qkernel_available(AC_QKERNEL_VNNI); vnni++) {
             attention_int8_run(out, NULL, qkv, lengths, B, T, D, H, vnni, 1);
+            ck_assert(isnan(out[(size_t)2 * D]));
+            ck_assert_int_eq(memcmp(out + (size_t)T * D, clean + (size_t)T * D,
+                                    sizeof(float) * (size_t)T * D), 0);
+        }
+        if (ac_qkernel_available(AC_QKERNEL_AMX)) { /* its own clean run: other bits */
+            qkv[(size_t)2 * 3 * D + 1] = 0.5f;
+            qkv[(size_t)4 * 3 * D + D + 3] = 0.5f;
+            attention_int8_run(clean, NULL, qkv, lengths, B, T, D, H, 2, 1);
+            qkv[(size_t)2 * 3 * D + 1] = NAN;
+            qkv[(size_t)4 * 3 * D + D + 3] = INFINITY;
+            attention_int8_run(out, NULL, qkv, lengths, B, T, D, H, 2, 1);
             ck_assert(isnan(out[(size_t)2 * D]));
             ck_assert_int_eq(memcmp(out + (size_t)T * D, clean + (size_t)T * D,
                                     sizeof(float) * (size_t)T * D), 0);
@@ -1089,6 +1146,7 @@ static Suite *quant_suite(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_rows_round_trip);
     tcase_add_test(tc, test_attention_int8_not_finite);
+    tcase_add_test(tc, test_attention_int8_amx_shapes);
     tcase_add_test(tc, test_select_rows);
     tcase_add_test(tc, test_sparse_two_classes);
     tcase_add_test(tc, test_sparse_three_classes);

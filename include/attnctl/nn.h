@@ -149,13 +149,14 @@ void attention_forward(float *out, float *probs, float *scratch, int slots, cons
                        const float *k, const float *v, int ld, const int32_t *lengths, int B,
                        int T, int d, int H, float scale);
 /* The same with the scores q_t . k_s of int8 rows (q and k quantized a row
- * at a time per head, symmetric, exact integer sums: AVX512-VNNI when vnni
- * is set and the caller checked the processor has it, else plain C, the
- * same bits), for quantized models; the softmax and the weighted sum of v
- * are the F32 ones. */
+ * at a time per head, symmetric, exact integer sums) for quantized models.
+ * kernel 0: plain C; 1: AVX512-VNNI (the same bits as 0); 2: AVX512-VNNI,
+ * and without the maps the weighted sum of v in bf16 on AMX tiles (within
+ * bf16 rounding of 1). The caller checked that the processor runs it
+ * (ac_qkernel_attention). The softmax is the F32 one. */
 void attention_forward_int8(float *out, float *probs, float *scratch, int slots, const float *q,
                             const float *k, const float *v, int ld, const int32_t *lengths, int B,
-                            int T, int d, int H, float scale, int vnni);
+                            int T, int d, int H, float scale, int kernel);
 /* dq, dk, dv (row stride ld) += ...; dout is [B, T, d]. */
 void attention_backward(float *dq, float *dk, float *dv, float *scratch, int slots,
                         const float *dout, const float *q, const float *k, const float *v, int ld,

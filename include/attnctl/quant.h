@@ -138,12 +138,19 @@ void ac_wide_sparse_to_dense(float *table, const ac_wide_sparse *w);
 typedef enum {
     AC_QKERNEL_AUTO = 0, /* the fastest the processor runs */
     AC_QKERNEL_C = 1,    /* plain C, on any processor */
-    AC_QKERNEL_VNNI = 2, /* AVX512-VNNI (AUTO picks it when available) */
+    AC_QKERNEL_VNNI = 2, /* AVX512-VNNI */
+    /* AVX512-VNNI, and attention's weighted sum of the values in bf16 on
+     * AMX tiles (FP32 sums): the same outputs at any thread count, within
+     * bf16 rounding of the other two (AUTO picks it when available) */
+    AC_QKERNEL_AMX = 3,
 } ac_qkernel;
-/* Whether the processor runs the kernel (AC_QKERNEL_C: always). */
+/* Whether the processor (and for AMX the operating system) runs the kernel
+ * (AC_QKERNEL_C: always). */
 int ac_qkernel_available(ac_qkernel k);
 const char *ac_qkernel_name(ac_qkernel k); /* of the one AUTO picks, for AUTO */
 int ac_qkernel_is_vnni(ac_qkernel k);      /* k (AUTO: the one it picks) runs on AVX512-VNNI */
+/* attention_forward_int8's kernel argument for k (AUTO: the one it picks). */
+int ac_qkernel_attention(ac_qkernel k);
 
 /* Inputs of at most this many features run in int8 (else the F32 layer). */
 #define AC_QLINEAR_MAX_IN 4096

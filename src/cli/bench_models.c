@@ -40,8 +40,9 @@ static double review_ops(const ac_model_config *c, int64_t n)
 
 /* The peak of what the model computes in: FP32 (bench's peak), or for int8
  * layers 4 int8 multiply-adds a FP32 lane (vpdpbusd, 2 units a core assumed
- * as for FMA), so 4x the FP32 peak where AVX512-VNNI or AVX-VNNI is there
- * (a bf16 dot product, vdpbf16ps, would be 2x; attnctl has no bf16 kernel). */
+ * as for FMA), so 4x the FP32 peak where AVX512-VNNI or AVX-VNNI is there.
+ * The AMX kernel's bf16 tiles (attention's weighted values only) are
+ * counted at that peak too: a lower bound on the share, not a new peak. */
 static void model_peak(model_speed *r, const machine_peak *mp)
 {
     /* the cores the threads can use */

@@ -23,11 +23,13 @@
 static int round_up(int n, int m) { return (n + m - 1) / m * m; }
 
 /* One thread's workspace, in floats: five packed [Tp, hdp] or [hdp, Tp]
- * blocks and one [T, T] block (probabilities not kept, or their gradient). */
+ * blocks and one [T, T] block (probabilities not kept, or their gradient),
+ * then for the AMX kernel of attention_forward_int8 one float row and 16
+ * rows of bf16 weights (T rounded up to 32). */
 static size_t slot_floats(int T, int d, int H)
 {
     size_t Tp = (size_t)round_up(T, VF_LANES), hdp = (size_t)round_up(d / H, VF_LANES);
-    return 5 * Tp * hdp + (size_t)T * (size_t)T;
+    return 5 * Tp * hdp + (size_t)T * (size_t)T + Tp + 8 * (size_t)round_up(T, 32);
 }
 
 size_t attention_scratch_floats(int T, int d, int H, int slots)
@@ -469,12 +471,157 @@ static float exp_scores(float *row, const int32_t *acc, const float *ks, float k
     return exp_scores_body(row, acc, ks, sq, len, 0);
 }
 
+/* ------------------------------------------ the weighted sum of values, AMX */
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16,amx-tile,amx-bf16")))
+
+/* The tile configuration (palette 1): tiles 0-3 the sums of 16 query rows x
+ * 16 values each, 4 the weights of 16 rows x 32 keys, 5 the values of 32
+ * keys x 16 (pairs of keys a row). */
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_config;
+
+/* RNE to bf16 of 16 floats (NaN stays NaN). */
+static inline AMX_TARGET __m256i bf16_of(__m512 x) { return (__m256i)_mm512_cvtneps_pbh(x); }
+
+/* vb: the values as bf16 pairs for tile 5: per chunk of 32 keys, 16 rows
+ * (key pairs) of hdp x 2 bf16; keys past len are zero. */
+static AMX_TARGET void pack_values_bf16(uint16_t *vb, const float *v, size_t ld, int len, int hd,
+                                        int hdp)
+{
+    const int keys = round_up(len, 32);
+    for (int s = 0; s < keys; s += 2) {
+        uint16_t *row = vb + (size_t)(s / 2) * hdp * 2;
+        for (int i0 = 0; i0 < hdp; i0 += 16) {
+            float a[16] = {0}, b[16] = {0};
+            for (int i = 0; i < 16 && i0 + i < hd; i++) {
+                if (s < len)
+                    a[i] = v[(size_t)s * ld + i0 + i];
+                if (s + 1 < len)
+                    b[i] = v[(size_t)(s + 1) * ld + i0 + i];
+            }
+            /* interleave: value i of key s, then of key s + 1 */
+            const __m512i ia = (__m512i)_mm512_castsi256_si512(bf16_of(_mm512_loadu_ps(a)));
+            const __m512i ib = (__m512i)_mm512_castsi256_si512(bf16_of(_mm512_loadu_ps(b)));
+            const __m512i idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9,
+                                                 40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33,
+                                                 1, 32, 0);
+            _mm512_storeu_si512((void *)(row + 2 * i0), _mm512_permutex2var_epi16(ia, idx, ib));
+        }
+    }
+}
+
+/* row[0..keys) as bf16, zero from len on (keys = len rounded up to 32). */
+static AMX_TARGET void weights_bf16(uint16_t *dst, const float *row, int len)
+{
+    const int keys = round_up(len, 32);
+    for (int s = 0; s < keys; s += 16) {
+        const __mmask16 in = s + 16 <= len ? 0xffff : s < len ? (__mmask16)((1u << (len - s)) - 1) : 0;
+        _mm256_storeu_si256((__m256i *)(void *)(dst + s), bf16_of(_mm512_maskz_loadu_ps(in, row + s)));
+    }
+}
+
+/* The products of NB blocks of 16 values for one block of 16 query rows:
+ * sums[r][16 b + i] = sum over the key chunks of w[r] . vb[, b]. */
+static inline __attribute__((always_inline)) AMX_TARGET void
+tiles_block(int NB, float sums[16][64], const uint16_t *w, int keys, const uint16_t *vb, int hdp)
+{
+    if (NB > 0) _tile_zero(0);
+    if (NB > 1) _tile_zero(1);
+    if (NB > 2) _tile_zero(2);
+    if (NB > 3) _tile_zero(3);
+    const size_t w_stride = (size_t)keys * 2, v_stride = (size_t)hdp * 4;
+    for (int c = 0; c < keys; c += 32) {
+        _tile_loadd(4, w + c, w_stride);
+        const uint16_t *vc = vb + (size_t)(c / 2) * hdp * 2;
+        _tile_loadd(5, vc, v_stride);
+        _tile_dpbf16ps(0, 4, 5);
+        if (NB > 1) {
+            _tile_loadd(5, vc + 32, v_stride);
+            _tile_dpbf16ps(1, 4, 5);
+        }
+        if (NB > 2) {
+            _tile_loadd(5, vc + 64, v_stride);
+            _tile_dpbf16ps(2, 4, 5);
+        }
+        if (NB > 3) {
+            _tile_loadd(5, vc + 96, v_stride);
+            _tile_dpbf16ps(3, 4, 5);
+        }
+    }
+    _tile_stored(0, &sums[0][0], sizeof sums[0]);
+    if (NB > 1) _tile_stored(1, &sums[0][16], sizeof sums[0]);
+    if (NB > 2) _tile_stored(2, &sums[0][32], sizeof sums[0]);
+    if (NB > 3) _tile_stored(3, &sums[0][48], sizeof sums[0]);
+}
+
+/* One head of attention_forward_int8 without the maps, on AMX: 16 query
+ * rows at a time, each row's scores, softmax (exp_scores, in row, unnormalised) and bf16
+ * weights, then the block's products on the tiles and the normalisation.
+ * Heads of at most 64 values. */
+static AMX_TARGET void head_amx(float *ob, size_t ldo, float *row, uint16_t *w, uint16_t *vb,
+                                const float *v, size_t ld, const uint8_t *qu, const int8_t *kq,
+                                const int32_t *ksum, const float *sk, float sk_max,
+                                const float *sq, int32_t *acc, int len, int hd, int hdp, int hd4)
+{
+    const int keys = round_up(len, 32), NB = hdp / 16;
+    amx_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 6; t++) {
+        cfg.rows[t] = 16;
+        cfg.colsb[t] = 64;
+    }
+    _tile_loadconfig(&cfg);
+    pack_values_bf16(vb, v, ld, len, hd, hdp);
+    float inv[16];
+    float sums[16][64];
+    for (int t0 = 0; t0 < len; t0 += 16) {
+        const int rows = len - t0 < 16 ? len - t0 : 16;
+        for (int r = 0; r < 16; r++) {
+            if (r < rows) {
+                scores_vnni(acc, qu + (size_t)(t0 + r) * hd4, kq, ksum, len, hd4);
+                inv[r] = exp_scores(row, acc, sk, sk_max, sq[t0 + r], len);
+                weights_bf16(w + (size_t)r * keys, row, len);
+            } else { /* rows past len: zeros (their sums are not used) */
+                memset(w + (size_t)r * keys, 0, sizeof *w * (size_t)keys);
+            }
+        }
+        switch (NB) {
+        case 1: tiles_block(1, sums, w, keys, vb, hdp); break;
+        case 2: tiles_block(2, sums, w, keys, vb, hdp); break;
+        case 3: tiles_block(3, sums, w, keys, vb, hdp); break;
+        default: tiles_block(4, sums, w, keys, vb, hdp); break;
+        }
+        for (int r = 0; r < rows; r++)
+            for (int i = 0; i < hd; i++)
+                ob[(size_t)(t0 + r) * ldo + i] = sums[r][i] * inv[r];
+    }
+    _tile_release();
+}
+#else
+static void head_amx(float *ob, size_t ldo, float *row, uint16_t *w, uint16_t *vb, const float *v,
+                     size_t ld, const uint8_t *qu, const int8_t *kq, const int32_t *ksum,
+                     const float *sk, float sk_max, const float *sq, int32_t *acc, int len, int hd,
+                     int hdp, int hd4)
+{
+    (void)ob; (void)ldo; (void)row; (void)w; (void)vb; (void)v; (void)ld; (void)qu; (void)kq;
+    (void)ksum; (void)sk; (void)sk_max; (void)sq; (void)acc; (void)len; (void)hd; (void)hdp;
+    (void)hd4; /* never called: the kernel is not available */
+}
+#endif
+
 void attention_forward_int8(float *out, float *probs, float *scratch, int slots, const float *q,
                             const float *k, const float *v, int ld, const int32_t *lengths, int B,
-                            int T, int d, int H, float scale, int vnni)
+                            int T, int d, int H, float scale, int kernel)
 {
     int hd = d / H, hdp = round_up(hd, VF_LANES), Tp = round_up(T, VF_LANES);
     int hd4 = round_up(hd, 4);
+    const int vnni = kernel >= 1, amx = kernel == 2 && !probs && hdp <= 64;
     size_t per_slot = slot_floats(T, d, H);
 #pragma omp parallel for schedule(static) num_threads(team_size(slots))
     for (int bh = 0; bh < B * H; bh++) {
@@ -494,7 +641,8 @@ void attention_forward_int8(float *out, float *probs, float *scratch, int slots,
         float *sk = sq + Tp;
         int32_t *ksum = (int32_t *)(void *)(sk + Tp); /* 128 x each key's sum */
         int32_t *acc = ksum + Tp;
-        pack_rows(vp, v + item * ld + col, (size_t)ld, len, hd, hdp);
+        if (!amx)
+            pack_rows(vp, v + item * ld + col, (size_t)ld, len, hd, hdp);
         /* keys: int8 rows, then regrouped 16 keys x 4 values a block; pad keys are zero */
         quantize_head_rows(qu, sk, k + item * ld + col, (size_t)ld, len, hd, hd4, 0);
         memset(kq, 0, (size_t)Tp * hd4);
@@ -517,6 +665,15 @@ void attention_forward_int8(float *out, float *probs, float *scratch, int slots,
         for (int s = 0; s < len; s++)
             sk_max = sk[s] > sk_max || sk[s] != sk[s] ? sk[s] : sk_max;
         quantize_head_rows(qu, sq, q + item * ld + col, (size_t)ld, len, hd, hd4, 128);
+        if (amx) { /* the row, then 16 rows of bf16 weights, after the bytes; the values in vp */
+            float *row = vp + (size_t)Tp * hdp + (size_t)T * T + 3 * (size_t)Tp * hdp;
+            head_amx(ob, (size_t)d, row, (uint16_t *)(void *)(row + Tp), (uint16_t *)(void *)vp,
+                     v + item * ld + col, (size_t)ld, qu, kq, ksum, sk, sk_max, sq, acc, len, hd,
+                     hdp, hd4);
+            for (int t = len; t < T; t++)
+                memset(ob + (size_t)t * d, 0, sizeof(float) * (size_t)hd);
+            continue;
+        }
         float *inv_sum = (float *)(void *)(acc + Tp); /* [Tp] */
         for (int t = 0; t < len; t++) {
             if (vnni)

@@ -757,7 +757,7 @@ static void encoder_from_embed_sum(ac_model *m, const int32_t *ids, const int32_
             attention_forward_int8(a->attn[l], maps ? a->probs[l] : NULL, a->attn_scratch,
                                    a->attn_slots, qkv, qkv + d, qkv + 2 * d, 3 * d, lengths, B,
                                    T, d, H, scale,
-                                   ac_qkernel_is_vnni(m->quant->kernel));
+                                   ac_qkernel_attention(m->quant->kernel));
         else
             attention_forward(a->attn[l], maps ? a->probs[l] : NULL,
                               a->attn_scratch, a->attn_slots, qkv, qkv + d, qkv + 2 * d, 3 * d,

@@ -8,6 +8,13 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define ARCH_REQ_XCOMP_PERM 0x1023 /* Linux arch_prctl: ask for an extended state */
+#define XFEATURE_XTILEDATA 18
+#endif
 
 #include "simd.h"
 
@@ -16,15 +23,31 @@
 #define QROWS 16
 #define QCOLS 64
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* AMX-TILE and AMX-BF16 (CPUID leaf 7: EDX bits 24, 22), AVX512-BF16 (leaf
+ * 7.1: EAX bit 5), and Linux's permission to use the tile data (asked for
+ * each time: idempotent, and no state kept here). */
+static int amx_usable(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !((d >> 24) & 1) || !((d >> 22) & 1))
+        return 0;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !((a >> 5) & 1))
+        return 0;
+    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+}
+#endif
+
 int ac_qkernel_available(ac_qkernel k)
 {
     if (k == AC_QKERNEL_C)
         return 1;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (k == AC_QKERNEL_VNNI) {
+    if (k == AC_QKERNEL_VNNI || k == AC_QKERNEL_AMX) {
         __builtin_cpu_init();
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vnni");
+        const int vnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512vnni");
+        return k == AC_QKERNEL_VNNI ? vnni : vnni && amx_usable();
     }
 #endif
     return 0;
@@ -33,15 +56,28 @@ int ac_qkernel_available(ac_qkernel k)
 static ac_qkernel resolve(ac_qkernel k)
 {
     if (k == AC_QKERNEL_AUTO)
-        return ac_qkernel_available(AC_QKERNEL_VNNI) ? AC_QKERNEL_VNNI : AC_QKERNEL_C;
+        return ac_qkernel_available(AC_QKERNEL_AMX)    ? AC_QKERNEL_AMX
+               : ac_qkernel_available(AC_QKERNEL_VNNI) ? AC_QKERNEL_VNNI
+                                                       : AC_QKERNEL_C;
     return ac_qkernel_available(k) ? k : AC_QKERNEL_C;
 }
 
-int ac_qkernel_is_vnni(ac_qkernel k) { return resolve(k) == AC_QKERNEL_VNNI; }
+int ac_qkernel_is_vnni(ac_qkernel k)
+{
+    const ac_qkernel r = resolve(k);
+    return r == AC_QKERNEL_VNNI || r == AC_QKERNEL_AMX;
+}
+
+int ac_qkernel_attention(ac_qkernel k)
+{
+    const ac_qkernel r = resolve(k);
+    return r == AC_QKERNEL_AMX ? 2 : r == AC_QKERNEL_VNNI ? 1 : 0;
+}
 
 const char *ac_qkernel_name(ac_qkernel k)
 {
-    return resolve(k) == AC_QKERNEL_VNNI ? "avx512-vnni" : "c";
+    const ac_qkernel r = resolve(k);
+    return r == AC_QKERNEL_AMX ? "avx512-vnni+amx-bf16" : r == AC_QKERNEL_VNNI ? "avx512-vnni" : "c";
 }
 
 int ac_qlinear_init(ac_qlinear *l, const int8_t *q, const float *scale, int out_dim, int in_dim)
@@ -214,7 +250,7 @@ static void tile_vnni(int32_t acc[QROWS][QCOLS], const uint8_t *xq, int in_pad,
 void ac_qlinear_forward(float *out, const float *in, const ac_qlinear *l, const float *bias, int N,
                         ac_qkernel kernel)
 {
-    const int vnni = resolve(kernel) == AC_QKERNEL_VNNI;
+    const int vnni = ac_qkernel_is_vnni(kernel);
     const int n_chunks = (N + QROWS - 1) / QROWS;
 #pragma omp parallel for schedule(static) if (n_chunks > 1)
     for (int chunk = 0; chunk < n_chunks; chunk++) {
