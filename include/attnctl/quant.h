@@ -145,8 +145,12 @@ typedef enum {
     AC_QKERNEL_AMX = 3,
 } ac_qkernel;
 /* Whether the processor (and for AMX the operating system) runs the kernel
- * (AC_QKERNEL_C: always). */
+ * (AC_QKERNEL_C: always). Probes the processor (CPUID, a system call): not
+ * for a hot path. */
 int ac_qkernel_available(ac_qkernel k);
+/* The kernel AUTO stands for: the fastest available. Probes as above; a
+ * model asks once, when it loads, and keeps the answer. */
+ac_qkernel ac_qkernel_best(void);
 const char *ac_qkernel_name(ac_qkernel k); /* of the one AUTO picks, for AUTO */
 int ac_qkernel_is_vnni(ac_qkernel k);      /* k (AUTO: the one it picks) runs on AVX512-VNNI */
 /* attention_forward_int8's kernel argument for k (AUTO: the one it picks). */
@@ -167,7 +171,10 @@ typedef struct {
  * out of memory or in_dim > AC_QLINEAR_MAX_IN. */
 int ac_qlinear_init(ac_qlinear *l, const int8_t *q, const float *scale, int out_dim, int in_dim);
 void ac_qlinear_free(ac_qlinear *l);
-/* out [N, out_dim] = the layer on in [N, in_dim] (+ bias when not NULL). */
+/* out [N, out_dim] = the layer on in [N, in_dim] (+ bias when not NULL).
+ * kernel: AUTO (probed on each call), or one that ac_qkernel_available
+ * accepted; so are the kernel arguments of ac_qkernel_name, _is_vnni and
+ * _attention. */
 void ac_qlinear_forward(float *out, const float *in, const ac_qlinear *l, const float *bias, int N,
                         ac_qkernel kernel);
 
@@ -189,7 +196,7 @@ typedef struct {
      * one [3d, d] layer); n_layers 0: the F32 layers run. */
     ac_qlinear (*linear)[AC_QL_PER_LAYER];
     int n_layers;
-    ac_qkernel kernel;
+    ac_qkernel kernel;     /* ac_qkernel_best() when loaded */
 } ac_quant;
 
 void ac_quant_free(ac_quant *q); /* frees the struct too; NULL is fine */

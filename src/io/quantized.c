@@ -393,6 +393,7 @@ int ac_quant_load_tensors(ac_model *m, const ac_storage *s, const char *path, in
         ac_st_free(&st);
         return ac_err_set(err, "%s: out of memory", path);
     }
+    q->kernel = ac_qkernel_best(); /* probed once, not in every layer */
     if (load_checked(m, q, &st, s, lazy, path, err) != 0 ||
         setup_linear(q, m, &st, path, err) != 0) {
         ac_quant_free(q);

@@ -53,14 +53,17 @@ int ac_qkernel_available(ac_qkernel k)
     return 0;
 }
 
-static ac_qkernel resolve(ac_qkernel k)
+ac_qkernel ac_qkernel_best(void)
 {
-    if (k == AC_QKERNEL_AUTO)
-        return ac_qkernel_available(AC_QKERNEL_AMX)    ? AC_QKERNEL_AMX
-               : ac_qkernel_available(AC_QKERNEL_VNNI) ? AC_QKERNEL_VNNI
-                                                       : AC_QKERNEL_C;
-    return ac_qkernel_available(k) ? k : AC_QKERNEL_C;
+    return ac_qkernel_available(AC_QKERNEL_AMX)    ? AC_QKERNEL_AMX
+           : ac_qkernel_available(AC_QKERNEL_VNNI) ? AC_QKERNEL_VNNI
+                                                   : AC_QKERNEL_C;
 }
+
+/* AUTO as the kernel it stands for; any other as given (the caller checked
+ * it is available: probing here would cost every layer a CPUID and a
+ * system call). */
+static ac_qkernel resolve(ac_qkernel k) { return k == AC_QKERNEL_AUTO ? ac_qkernel_best() : k; }
 
 int ac_qkernel_is_vnni(ac_qkernel k)
 {
