@@ -135,37 +135,46 @@ void ac_vocab_free(ac_vocab *v)
     vocab_zero(v);
 }
 
+/* Slots for n tokens: a power of two, at least twice n (0 past 2^31). */
+static uint64_t slots_for(uint64_t n)
+{
+    uint64_t n_slots = 16;
+    while (n_slots < 2 * n)
+        n_slots *= 2;
+    return n_slots <= (1ULL << 31) ? n_slots : 0;
+}
+
+/* Puts token id (hash h) in the table; the first duplicate met is noted in
+ * *dup (its first occurrence in *first), the caller reports it. */
+static void insert_token(ac_vocab *v, int32_t id, uint64_t h, int32_t *dup, int32_t *first)
+{
+    const uint32_t mask = v->n_slots - 1;
+    uint32_t k = slot_of(h, mask);
+    while (v->slots[k].id >= 0 &&
+           (v->slots[k].tag != tag_of(h) || strcmp(v->tokens[v->slots[k].id], v->tokens[id]) != 0))
+        k = (k + 1) & mask;
+    if (v->slots[k].id < 0)
+        v->slots[k] = (ac_vocab_slot){id, tag_of(h)};
+    else if (*dup < 0) {
+        *dup = id;
+        *first = v->slots[k].id;
+    }
+}
+
 /* Builds v->slots from v->tokens[0..size). On a duplicate token returns -1
  * with its id in *dup and the id of its first occurrence in *first. */
 static int vocab_index(ac_vocab *v, int32_t *dup, int32_t *first)
 {
-    uint64_t n_slots = 16;
-    while (n_slots < 2 * (uint64_t)v->size)
-        n_slots *= 2;
-    if (n_slots > (1ULL << 31))
-        return -1;
-    v->slots = malloc(n_slots * sizeof *v->slots);
+    *dup = *first = -1;
+    const uint64_t n_slots = slots_for((uint64_t)v->size);
+    v->slots = n_slots ? malloc(n_slots * sizeof *v->slots) : NULL;
     if (!v->slots)
         return -1;
     memset(v->slots, 0xff, n_slots * sizeof *v->slots); /* all -1: empty */
     v->n_slots = (uint32_t)n_slots;
-    uint32_t mask = v->n_slots - 1;
-    for (int32_t id = 0; id < v->size; id++) {
-        const char *tok = v->tokens[id];
-        size_t len = strlen(tok);
-        const uint64_t h = ac_token_hash(tok, len);
-        uint32_t k = slot_of(h, mask);
-        while (v->slots[k].id >= 0) {
-            if (v->slots[k].tag == tag_of(h) && strcmp(v->tokens[v->slots[k].id], tok) == 0) {
-                *dup = id;
-                *first = v->slots[k].id;
-                return -1;
-            }
-            k = (k + 1) & mask;
-        }
-        v->slots[k] = (ac_vocab_slot){id, tag_of(h)};
-    }
-    return 0;
+    for (int32_t id = 0; id < v->size && *dup < 0; id++)
+        insert_token(v, id, ac_token_hash(v->tokens[id], strlen(v->tokens[id])), dup, first);
+    return *dup < 0 ? 0 : -1;
 }
 
 int32_t ac_vocab_lookup(const ac_vocab *v, const char *s, size_t len)
@@ -483,24 +492,6 @@ static int check_vocab_line(ac_vocab *v, const vocab_line *l, int64_t lineno, co
 /* Lines between a token's hash and its insertion in ac_vocab_load. */
 #define LOAD_AHEAD 16
 
-/* Puts token id (hash h) of a loaded vocabulary in the table; the first
- * duplicate is noted in *dup (its first occurrence in *first) and reported
- * once every line has passed its checks. */
-static void insert_loaded(ac_vocab *v, int32_t id, uint64_t h, int32_t *dup, int32_t *first)
-{
-    const uint32_t mask = v->n_slots - 1;
-    uint32_t k = slot_of(h, mask);
-    while (v->slots[k].id >= 0 &&
-           (v->slots[k].tag != tag_of(h) || strcmp(v->tokens[v->slots[k].id], v->tokens[id]) != 0))
-        k = (k + 1) & mask;
-    if (v->slots[k].id < 0)
-        v->slots[k] = (ac_vocab_slot){id, tag_of(h)};
-    else if (*dup < 0) {
-        *dup = id;
-        *first = v->slots[k].id;
-    }
-}
-
 /* 1 when no byte is a control byte, a space or DEL (but '\n') and the file
  * is valid UTF-8, as in most vocabularies: then the per-byte checks of a
  * line have nothing to find ('\n' is never part of a UTF-8 sequence, so a
@@ -545,11 +536,9 @@ int ac_vocab_load(ac_vocab *v, const char *path, ac_err *err)
     }
     /* Past INT32_MAX lines check_vocab_line stops at line INT32_MAX. */
     size_t max_tokens = n_lines < (size_t)INT32_MAX ? n_lines : (size_t)INT32_MAX;
-    uint64_t n_slots = 16;
-    while (n_slots < 2 * (uint64_t)max_tokens)
-        n_slots *= 2;
+    const uint64_t n_slots = slots_for((uint64_t)max_tokens);
     v->tokens = malloc(max_tokens * sizeof *v->tokens);
-    v->slots = n_slots <= (1ULL << 31) ? malloc(n_slots * sizeof *v->slots) : NULL;
+    v->slots = n_slots ? malloc(n_slots * sizeof *v->slots) : NULL;
     if (!v->tokens || !v->slots) {
         ac_err_set(err, "%s: out of memory", path);
         goto fail;
@@ -605,11 +594,11 @@ int ac_vocab_load(ac_vocab *v, const char *path, ac_err *err)
          * the table is larger than a core's fastest caches. */
         __builtin_prefetch(&v->slots[slot_of(h, mask)], 1);
         if (id >= LOAD_AHEAD)
-            insert_loaded(v, id - LOAD_AHEAD, pending[id % LOAD_AHEAD], &dup, &first);
+            insert_token(v, id - LOAD_AHEAD, pending[id % LOAD_AHEAD], &dup, &first);
         pending[id % LOAD_AHEAD] = h;
     }
     for (int32_t id = v->size - LOAD_AHEAD > 0 ? v->size - LOAD_AHEAD : 0; id < v->size; id++)
-        insert_loaded(v, id, pending[id % LOAD_AHEAD], &dup, &first);
+        insert_token(v, id, pending[id % LOAD_AHEAD], &dup, &first);
     if (lineno == 1) {
         ac_err_set(err, "%s:2: missing \"<unk>\" (a vocabulary starts with <pad>, <unk>)", path);
         goto fail;
