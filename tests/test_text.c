@@ -826,6 +826,33 @@ END_TEST
  * every token of 1..23 bytes (ASCII and UTF-8) finds its id, near misses
  * find none, and a duplicate is reported with its lines, however far apart
  * the two are and also among the last lines. */
+/* A file's lines are found 64 bytes at a time: a line end on every byte of
+ * the first blocks, and files that end there with and without a newline,
+ * give the same tokens. */
+START_TEST(test_vocab_load_block_edges)
+{
+    for (int n = 1; n <= 140; n++) {
+        for (int final_newline = 0; final_newline <= 1; final_newline++) {
+            char long_token[160], text[200];
+            memset(long_token, 'x', (size_t)n);
+            long_token[n] = '\0';
+            const int len = snprintf(text, sizeof text, "<pad>\n<unk>\n%s\ny%s", long_token,
+                                     final_newline ? "\n" : "");
+            ck_assert_int_lt(len, (int)sizeof text);
+            ac_vocab v;
+            vocab_from_text(&v, text);
+            ck_assert_int_eq(v.size, 4);
+            ck_assert_str_eq(v.tokens[2], long_token);
+            ck_assert_str_eq(v.tokens[3], "y");
+            ck_assert_int_eq(ac_vocab_lookup(&v, long_token, (size_t)n), 2);
+            ck_assert_int_eq(ac_vocab_lookup(&v, "y", 1), 3);
+            ck_assert_int_eq(ac_vocab_lookup(&v, "<unk>", 5), 1);
+            ac_vocab_free(&v);
+        }
+    }
+}
+END_TEST
+
 START_TEST(test_vocab_load_both_paths)
 {
     enum { N = 202 };
@@ -1817,6 +1844,7 @@ int main(void)
     tcase_add_test(voc, test_vocab_write_load_roundtrip);
     tcase_add_test(voc, test_vocab_load_lenient);
     tcase_add_test(voc, test_vocab_load_both_paths);
+    tcase_add_test(voc, test_vocab_load_block_edges);
     tcase_add_test(voc, test_vocab_mask_token);
     tcase_add_loop_test(voc, test_vocab_load_errors, 0, (int)(sizeof BAD_VOCABS / sizeof BAD_VOCABS[0]));
     tcase_add_test(voc, test_vocab_load_nul_and_missing);

@@ -7,6 +7,9 @@
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
+#ifdef __AVX512BW__
+#include <immintrin.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -507,6 +510,102 @@ static int plain_lines(const char *data, size_t len)
     return !control && (!(high & 0x80) || ac_utf8_valid_prefix(data, len) == len);
 }
 
+/* Bit j set when p[j] is '\n', for j < n <= 64: a plain file's lines are
+ * found 64 bytes at a time instead of with a memchr call per short line. */
+static inline uint64_t newline_bits(const char *p, size_t n)
+{
+#ifdef __AVX512BW__
+    const __mmask64 in = n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1;
+    return _mm512_mask_cmpeq_epi8_mask(in, _mm512_maskz_loadu_epi8(in, p), _mm512_set1_epi8('\n'));
+#else
+    uint64_t bits = 0;
+    for (size_t j = 0; j < n; j++)
+        bits |= (uint64_t)(p[j] == '\n') << j;
+    return bits;
+#endif
+}
+
+/* The state of ac_vocab_load between lines. */
+typedef struct {
+    ac_vocab *v;
+    const char *path;
+    uint32_t mask;
+    int64_t lineno;
+    int32_t dup, first;
+    uint64_t pending[LOAD_AHEAD]; /* the hashes of the lines not yet in the table */
+} vocab_loader;
+
+/* Checks line l (its hash h), makes it the next token and inserts the token
+ * LOAD_AHEAD lines back, whose slot has been fetched meanwhile (the table is
+ * larger than a core's fastest caches). 0, or -1 with the error set. */
+static inline int take_line(vocab_loader *ld, const vocab_line *l, uint64_t h, ac_err *err)
+{
+    ac_vocab *v = ld->v;
+    char *line = (char *)l->text;
+    line[l->len] = '\0'; /* the '\n', the '\r' or the spare byte */
+    ld->lineno++;
+    if (check_vocab_line(v, l, ld->lineno, ld->path, err) != 0)
+        return -1;
+    int32_t id = v->size++;
+    v->tokens[id] = line;
+    __builtin_prefetch(&v->slots[slot_of(h, ld->mask)], 1);
+    if (id >= LOAD_AHEAD)
+        insert_token(v, id - LOAD_AHEAD, ld->pending[id % LOAD_AHEAD], &ld->dup, &ld->first);
+    ld->pending[id % LOAD_AHEAD] = h;
+    return 0;
+}
+
+/* The lines of a file plain_lines accepts: only the checks of check_vocab_line remain. */
+static int take_plain_lines(vocab_loader *ld, char *data, size_t len, ac_err *err)
+{
+    char *line = data;
+    for (size_t base = 0; base < len; base += 64) {
+        for (uint64_t bits = newline_bits(data + base, len - base < 64 ? len - base : 64); bits;
+             bits &= bits - 1) {
+            char *nl = data + base + __builtin_ctzll(bits);
+            vocab_line l = {.text = line, .len = (size_t)(nl - line)};
+            l.first_bad = l.len;
+            if (take_line(ld, &l, ac_token_hash(line, l.len), err) != 0)
+                return -1;
+            line = nl + 1;
+        }
+    }
+    if (line == data + len)
+        return 0;
+    vocab_line l = {.text = line, .len = (size_t)(data + len - line)}; /* no newline at the end */
+    l.first_bad = l.len;
+    return take_line(ld, &l, ac_token_hash(line, l.len), err);
+}
+
+/* Any other file: one pass over each line finds its end and what the checks need. */
+static int take_checked_lines(vocab_loader *ld, char *data, size_t len, ac_err *err)
+{
+    char *const end = data + len;
+    for (char *p = data; p < end;) {
+        vocab_line l = {.text = p};
+        char *line = p;
+        size_t first_bad = SIZE_MAX;
+        unsigned char all_bits = 0;
+        for (; p < end && *p != '\n'; p++) {
+            unsigned char c = (unsigned char)*p;
+            all_bits |= c;
+            if ((c <= ' ' || c == 0x7f) && first_bad == SIZE_MAX)
+                first_bad = (size_t)(p - l.text);
+            l.has_nul |= c == 0;
+        }
+        l.len = (size_t)(p - line);
+        if (p < end)
+            p++; /* past the '\n' */
+        if (l.len && line[l.len - 1] == '\r') /* CRLF */
+            l.len--;
+        l.first_bad = first_bad < l.len ? first_bad : l.len;
+        l.non_ascii = (all_bits & 0x80) != 0;
+        if (take_line(ld, &l, ac_token_hash(line, l.len), err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
 /* One read of the whole file, which becomes the tokens' storage (each line
  * end overwritten with a NUL); the hash table is filled in the same pass. A
  * cold `attnctl predict` loads 30,000 tokens: a malloc per token and a
@@ -526,7 +625,6 @@ int ac_vocab_load(ac_vocab *v, const char *path, ac_err *err)
         return ac_err_set(err, "%s: read error: %s", path, strerror(read_errno));
     v->storage = data;
     data[len] = '\0';
-    char *const end = data + len;
     size_t n_lines = len > 0 && data[len - 1] != '\n'; /* a last line without its newline */
     for (size_t i = 0; i < len; i++)
         n_lines += data[i] == '\n';
@@ -547,65 +645,18 @@ int ac_vocab_load(ac_vocab *v, const char *path, ac_err *err)
     ac_prefault_write(v->slots, n_slots * sizeof *v->slots);
     memset(v->slots, 0xff, n_slots * sizeof *v->slots); /* all -1: empty */
     v->n_slots = (uint32_t)n_slots;
-    const uint32_t mask = v->n_slots - 1;
-    int32_t dup = -1, first = -1;
-    int64_t lineno = 0;
-    uint64_t pending[LOAD_AHEAD]; /* the hashes of the lines not yet in the table */
-    const int plain = plain_lines(data, len);
-    for (char *p = data; p < end;) {
-        vocab_line l = {.text = p};
-        uint64_t h;
-        char *line = (char *)l.text;
-        if (plain) { /* nothing for the checks to find byte by byte */
-            char *nl = memchr(p, '\n', (size_t)(end - p));
-            p = nl ? nl : end;
-            l.len = (size_t)(p - line);
-            h = ac_token_hash(line, l.len);
-            l.first_bad = l.len;
-            if (p < end)
-                p++; /* past the '\n' */
-        } else {
-            /* One pass over the line: its end and what the checks need. */
-            size_t first_bad = SIZE_MAX;
-            unsigned char all_bits = 0;
-            for (; p < end && *p != '\n'; p++) {
-                unsigned char c = (unsigned char)*p;
-                all_bits |= c;
-                if ((c <= ' ' || c == 0x7f) && first_bad == SIZE_MAX)
-                    first_bad = (size_t)(p - l.text);
-                l.has_nul |= c == 0;
-            }
-            l.len = (size_t)(p - line);
-            if (p < end)
-                p++; /* past the '\n' */
-            if (l.len && line[l.len - 1] == '\r') /* CRLF */
-                l.len--;
-            h = ac_token_hash(line, l.len);
-            l.first_bad = first_bad < l.len ? first_bad : l.len;
-            l.non_ascii = (all_bits & 0x80) != 0;
-        }
-        line[l.len] = '\0'; /* the '\n', the '\r' or the spare byte */
-        lineno++;
-        if (check_vocab_line(v, &l, lineno, path, err) != 0)
-            goto fail;
-        int32_t id = v->size++;
-        v->tokens[id] = line;
-        /* Inserted LOAD_AHEAD lines later, when its slot has been fetched:
-         * the table is larger than a core's fastest caches. */
-        __builtin_prefetch(&v->slots[slot_of(h, mask)], 1);
-        if (id >= LOAD_AHEAD)
-            insert_token(v, id - LOAD_AHEAD, pending[id % LOAD_AHEAD], &dup, &first);
-        pending[id % LOAD_AHEAD] = h;
-    }
+    vocab_loader ld = {.v = v, .path = path, .mask = v->n_slots - 1, .dup = -1, .first = -1};
+    if ((plain_lines(data, len) ? take_plain_lines : take_checked_lines)(&ld, data, len, err) != 0)
+        goto fail;
     for (int32_t id = v->size - LOAD_AHEAD > 0 ? v->size - LOAD_AHEAD : 0; id < v->size; id++)
-        insert_token(v, id, pending[id % LOAD_AHEAD], &dup, &first);
-    if (lineno == 1) {
+        insert_token(v, id, ld.pending[id % LOAD_AHEAD], &ld.dup, &ld.first);
+    if (ld.lineno == 1) {
         ac_err_set(err, "%s:2: missing \"<unk>\" (a vocabulary starts with <pad>, <unk>)", path);
         goto fail;
     }
-    if (dup >= 0) {
+    if (ld.dup >= 0) {
         ac_err_set(err, "%s:%lld: duplicate token \"%.*s\" (first on line %lld)", path,
-                   (long long)dup + 1, SHOW_TOKEN, v->tokens[dup], (long long)first + 1);
+                   (long long)ld.dup + 1, SHOW_TOKEN, v->tokens[ld.dup], (long long)ld.first + 1);
         goto fail;
     }
     return 0;
