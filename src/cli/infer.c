@@ -59,19 +59,24 @@ int cli_infer_open(cli_infer *s, const char *model_dir, int batch_size, ac_err *
     s->window = window;
     s->batches = calloc((size_t)window, sizeof *s->batches);
     s->jobs = calloc((size_t)window, sizeof *s->jobs);
-    if (!s->batches || !s->jobs) {
+    /* One allocation, which the system maps untouched: a cold one-line
+     * predict pays for the pages its rows use, not a mapping a batch. */
+    s->window_ids = n_ids <= SIZE_MAX / sizeof *s->window_ids / (size_t)window
+                        ? calloc((size_t)window * n_ids, sizeof *s->window_ids)
+                        : NULL;
+    if (!s->batches || !s->jobs || !s->window_ids) {
         cli_infer_close(s);
         return ac_err_set(err, "out of memory for a window of %d batches", window);
     }
     for (int k = 0; k < window; k++) {
         cli_infer_batch *b = &s->batches[k];
-        b->batch.ids = calloc(n_ids, sizeof *b->batch.ids);
+        b->batch.ids = s->window_ids + (size_t)k * n_ids;
         b->batch.lengths = calloc((size_t)batch_size, sizeof *b->batch.lengths);
         b->batch.labels = calloc((size_t)batch_size, sizeof *b->batch.labels);
         b->batch.rows = calloc((size_t)batch_size, sizeof *b->batch.rows);
         b->probs = calloc((size_t)batch_size * (size_t)s->n_classes, sizeof *b->probs);
         b->losses = calloc((size_t)batch_size, sizeof *b->losses);
-        if (!b->batch.ids || !b->batch.lengths || !b->batch.labels || !b->batch.rows ||
+        if (!b->batch.lengths || !b->batch.labels || !b->batch.rows ||
             !b->probs || !b->losses) {
             cli_infer_close(s);
             return ac_err_set(err, "out of memory for a window of %d batches of %d x %d tokens",
@@ -137,7 +142,6 @@ void cli_infer_close(cli_infer *s)
     ac_infer_free(&s->run);
     for (int k = 0; s->batches && k < s->window; k++) {
         cli_infer_batch *b = &s->batches[k];
-        free(b->batch.ids);
         free(b->batch.lengths);
         free(b->batch.labels);
         free(b->batch.rows);
@@ -145,6 +149,7 @@ void cli_infer_close(cli_infer *s)
         free(b->losses);
     }
     free(s->batches);
+    free(s->window_ids);
     free(s->jobs);
     memset(s, 0, sizeof *s);
 }

@@ -37,6 +37,7 @@ typedef struct {
     ac_infer_pool pool;
     int window;             /* batches a window holds */
     cli_infer_batch *batches; /* [window] */
+    int32_t *window_ids;    /* [window * batch_size * max_len]: every batch's ids, one allocation */
     ac_infer_job *jobs;     /* [window] */
 } cli_infer;
 
