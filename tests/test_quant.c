@@ -1122,6 +1122,22 @@ START_TEST(test_corrupt_files)
     load_fails(q, model, "head.wide.");
     free(text);
     spit(config, corig, clen);
+    /* a bad vocab.txt and a truncated model.safetensors, which an inference
+     * load reads at the same time: the vocabulary is named (file order) */
+    char *vocab = test_path(q, "vocab.txt");
+    size_t vlen;
+    char *vorig = (char *)slurp(vocab, &vlen);
+    spit(vocab, "<pad>\n<unk>\n<pad>\n", 18);
+    spit(model, orig, len / 2);
+    load_fails(q, vocab, "duplicate token");
+    spit(model, orig, len);
+    load_fails(q, vocab, "duplicate token");
+    spit(vocab, vorig, vlen);
+    spit(model, orig, len / 2);
+    load_fails(q, model, "");
+    spit(model, orig, len);
+    free(vorig);
+    free(vocab);
     ac_model_dir md;
     ac_err err;
     ck_assert_msg(ac_model_dir_load_inference(&md, q, &err) == 0, "%s", err.msg);
