@@ -16,6 +16,7 @@
 #include "attnctl/infer.h"
 #include "attnctl/io.h"
 #include "attnctl/metrics.h"
+#include "attnctl/nn.h"
 #include "attnctl/quant.h"
 #include "attnctl/quant_io.h"
 #include "attnctl/rng.h"
@@ -392,10 +393,26 @@ static void check_qlinear(int N, int in, int outd)
                 ck_assert_float_eq(c1[o], bias[o]);
         }
     }
-    /* a row that is not finite gives NaN (a broken model stays visible) */
+    /* fused with a ReLU: relu_forward of the plain layer's output, bit for
+     * bit, with either kernel (the bias makes both signs) */
+    float *relu = malloc(sizeof(float) * n_out);
+    relu_forward(v2, c1, n_out);
+    const ac_qkernel kernels[] = {AC_QKERNEL_C, AC_QKERNEL_VNNI};
+    for (int k = 0; k < 2; k++) {
+        if (!ac_qkernel_available(kernels[k]))
+            continue;
+        ac_qlinear_relu_forward(relu, x, &l, bias, N, kernels[k]);
+        ck_assert_int_eq(memcmp(relu, v2, sizeof(float) * n_out), 0);
+    }
+    /* a row that is not finite gives NaN (a broken model stays visible),
+     * and the ReLU's 0 as relu_forward does */
     x[in] = NAN;
     qlinear_run(c1, x, &l, NULL, 2, AC_QKERNEL_AUTO, 1);
     ck_assert(isnan(c1[outd]));
+    ac_qlinear_relu_forward(relu, x, &l, NULL, 2, AC_QKERNEL_AUTO);
+    for (int o = 0; o < outd; o++)
+        ck_assert_float_eq(relu[outd + o], 0.0f);
+    free(relu);
     ac_qlinear_free(&l);
     free(w);
     free(x);

@@ -177,6 +177,11 @@ void ac_qlinear_free(ac_qlinear *l);
  * _attention. */
 void ac_qlinear_forward(float *out, const float *in, const ac_qlinear *l, const float *bias, int N,
                         ac_qkernel kernel);
+/* The same followed by a ReLU (relu_forward's: NaN gives 0), fused: for
+ * a feed-forward layer's first half, whose pre-activations inference never
+ * reads. */
+void ac_qlinear_relu_forward(float *out, const float *in, const ac_qlinear *l, const float *bias,
+                             int N, ac_qkernel kernel);
 
 /* ---- what a quantized model holds beyond its F32 parameters ---- */
 enum { AC_QL_QKV, AC_QL_OUT, AC_QL_FC1, AC_QL_FC2, AC_QL_PER_LAYER };

@@ -709,12 +709,17 @@ int ac_model_inference_needs_blas(const ac_model *m)
 
 /* Linear layer `which` (AC_QL_*) of encoder layer l: in int8 in a quantized
  * model (attnctl/quant.h), else the F32 layer. */
+static int quantized_layer(const ac_model *m, int l, int which)
+{
+    const ac_quant *q = m->quant;
+    return q && l < q->n_layers && q->linear[l][which].packed;
+}
+
 static void layer_linear(const ac_model *m, int l, int which, float *out, const float *in,
                          const float *w, const float *bias, int N, int in_dim, int out_dim)
 {
-    const ac_quant *q = m->quant;
-    if (q && l < q->n_layers && q->linear[l][which].packed)
-        ac_qlinear_forward(out, in, &q->linear[l][which], bias, N, q->kernel);
+    if (quantized_layer(m, l, which))
+        ac_qlinear_forward(out, in, &m->quant->linear[l][which], bias, N, m->quant->kernel);
     else
         linear_forward(out, in, w, bias, N, in_dim, out_dim);
 }
@@ -775,8 +780,13 @@ static void encoder_from_embed_sum(ac_model *m, const int32_t *ids, const int32_
         layernorm(a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], a->res1[l], w->ln1_w,
                           w->ln1_b, N, d, c->ln_eps);
         prof_lap(m, &t, m->profile.forward, AC_PART_ADD_NORM);
-        layer_linear(m, l, AC_QL_FC1, a->fc1[l], a->ln1[l], w->fc1_w, w->fc1_b, N, d, ff);
-        relu_forward(a->relu[l], a->fc1[l], (size_t)N * ff);
+        if (quantized_layer(m, l, AC_QL_FC1)) /* inference only: fc1 is not kept */
+            ac_qlinear_relu_forward(a->relu[l], a->ln1[l], &m->quant->linear[l][AC_QL_FC1],
+                                    w->fc1_b, N, m->quant->kernel);
+        else {
+            linear_forward(a->fc1[l], a->ln1[l], w->fc1_w, w->fc1_b, N, d, ff);
+            relu_forward(a->relu[l], a->fc1[l], (size_t)N * ff);
+        }
         layer_linear(m, l, AC_QL_FC2, a->fc2[l], a->relu[l], w->fc2_w, w->fc2_b, N, ff, d);
         prof_lap(m, &t, m->profile.forward, AC_PART_FFN);
         if (drop) {

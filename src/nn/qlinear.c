@@ -250,8 +250,11 @@ static void tile_vnni(int32_t acc[QROWS][QCOLS], const uint8_t *xq, int in_pad,
 }
 #endif
 
-void ac_qlinear_forward(float *out, const float *in, const ac_qlinear *l, const float *bias, int N,
-                        ac_qkernel kernel)
+/* The layer, and with relu its ReLU as relu_forward computes it (in > 0 ?
+ * in : 0, so NaN gives 0) on the way out: the pre-activations are never
+ * written. */
+static void qlinear_forward(float *out, const float *in, const ac_qlinear *l, const float *bias,
+                            int N, int relu, ac_qkernel kernel)
 {
     const int vnni = ac_qkernel_is_vnni(kernel);
     const int n_chunks = (N + QROWS - 1) / QROWS;
@@ -282,14 +285,37 @@ void ac_qlinear_forward(float *out, const float *in, const ac_qlinear *l, const 
                     memcpy(&ws, l->wsum + o0 + c, sizeof ws);
                     vf16 v = __builtin_convertvector(a - 128 * ws, vf16) *
                              (vsx * vf_load(l->scale + o0 + c));
-                    vf_store(o + c, bias ? v + vf_load(bias + o0 + c) : v);
+                    if (bias)
+                        v += vf_load(bias + o0 + c);
+                    if (relu) {
+                        const vf16 zero = {0};
+                        vi16 bits;
+                        memcpy(&bits, &v, sizeof bits);
+                        bits &= (vi16)(v > zero); /* all ones where v > 0: v, else +0 */
+                        memcpy(&v, &bits, sizeof v);
+                    }
+                    vf_store(o + c, v);
                 }
                 for (; c < cols; c++) {
                     const int32_t dot = acc[r][c] - 128 * l->wsum[o0 + c];
                     float v = (float)dot * (sx[r] * l->scale[o0 + c]);
-                    o[c] = bias ? v + bias[o0 + c] : v;
+                    if (bias)
+                        v += bias[o0 + c];
+                    o[c] = !relu || v > 0.0f ? v : 0.0f;
                 }
             }
         }
     }
+}
+
+void ac_qlinear_forward(float *out, const float *in, const ac_qlinear *l, const float *bias, int N,
+                        ac_qkernel kernel)
+{
+    qlinear_forward(out, in, l, bias, N, 0, kernel);
+}
+
+void ac_qlinear_relu_forward(float *out, const float *in, const ac_qlinear *l, const float *bias,
+                             int N, ac_qkernel kernel)
+{
+    qlinear_forward(out, in, l, bias, N, 1, kernel);
 }
