@@ -650,13 +650,13 @@ START_TEST(test_relu_gradient)
     relu_forward(out, in, EW_N);
     for (int i = 0; i < EW_N; i++)
         ck_assert(out[i] == (in[i] > 0 ? in[i] : 0.0f));
-    relu_backward(din, r, in, EW_N);
+    relu_backward(din, r, out, EW_N);
     ew_ctx c = {.out = out, .a = in, .r = r};
     check_grad("relu", "din", in, din, EW_N, relu_loss, &c);
     float *din1 = copy_of(din, EW_N);
-    relu_backward(din, r, in, EW_N);
+    relu_backward(din, r, out, EW_N);
     check_doubled("din", din, din1, EW_N);
-    relu_backward(NULL, r, in, EW_N);
+    relu_backward(NULL, r, out, EW_N);
     free(in); free(out); free(r); free(din); free(din1);
 }
 END_TEST
@@ -1055,7 +1055,7 @@ START_TEST(test_ffn_gradient)
 
     ffn_loss(&c);
     linear_backward(dhidden, dw2, db2, r, hidden, w2, N, FF, SD);
-    relu_backward(dpre, dhidden, pre, n_h);
+    relu_backward(dpre, dhidden, hidden, n_h);
     linear_backward(din, dw1, db1, dpre, in, w1, N, SD, FF);
     check_grad("ffn", "din", in, din, n_in, ffn_loss, &c);
     check_grad("ffn", "dw1", w1, dw1, FF * SD, ffn_loss, &c);

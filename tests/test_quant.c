@@ -943,6 +943,48 @@ START_TEST(test_attribution_sees_all_weights)
 }
 END_TEST
 
+/* Explanations run the quantized model's backward, which reads only what
+ * its forward wrote (its feed-forward layer keeps no pre-activations): the
+ * same scores whether the activations held -1, +1 or NaN before the run
+ * (a sign test such as a ReLU's on a stale buffer sees -1 and +1 apart). */
+START_TEST(test_attribution_reads_only_written_activations)
+{
+    char *fp32 = trained_dir(), *tmp = test_temp_dir("quant"), *q = test_path(tmp, "q");
+    quantize_ok(fp32, q, 1000);
+    ac_model_dir md;
+    ac_err err = {{0}};
+    ck_assert_msg(ac_model_dir_load_inference(&md, q, &err) == 0, "%s", err.msg);
+    int32_t ids[9];
+    for (int t = 0; t < 9; t++)
+        ids[t] = 2 + (7 * t) % (md.model.cfg.vocab_size - 2);
+    const int methods[] = {AC_ATTR_GRADXINPUT, AC_ATTR_IG};
+    for (int k = 0; k < 2; k++) {
+        ac_attribution a;
+        ck_assert_msg(ac_attribution_setup(&a, &md.model, methods[k], 16, 1, 1, &err) == 0, "%s",
+                      err.msg);
+        const size_t n_scores = (size_t)a.n_classes * 9;
+        float *first = malloc(n_scores * sizeof *first);
+        const float poison[] = {-1.0f, 1.0f, NAN};
+        for (int p = 0; p < 3; p++) {
+            float *mem = md.model.act.mem;
+            for (size_t i = 0; i < md.model.act.n_floats; i++)
+                mem[i] = poison[p];
+            ck_assert_msg(ac_attribution_run(&a, ids, 9, &err) == 0, "%s", err.msg);
+            ck_assert_ptr_eq(md.model.act.mem, mem); /* the poisoned block was the one used */
+            if (p == 0)
+                memcpy(first, a.scores, n_scores * sizeof *first);
+            else
+                ck_assert_int_eq(memcmp(first, a.scores, n_scores * sizeof *first), 0);
+        }
+        free(first);
+        ac_attribution_free(&a);
+    }
+    ac_model_dir_free(&md);
+    free(q);
+    remove_dir(tmp);
+}
+END_TEST
+
 /* ------------------------------------------------------------- rejection */
 
 __attribute__((noinline)) static unsigned char *slurp(const char *path, size_t *len)
@@ -1195,6 +1237,7 @@ static Suite *quant_suite(void)
     tcase_add_test(tc, test_pool_same_bits);
     tcase_add_test(tc, test_round_trip);
     tcase_add_test(tc, test_attribution_sees_all_weights);
+    tcase_add_test(tc, test_attribution_reads_only_written_activations);
     tcase_add_test(tc, test_corrupt_files);
     tcase_add_test(tc, test_non_finite_refused);
     suite_add_tcase(s, tc);

@@ -124,8 +124,10 @@ void residual_backward(float *da, float *db, const float *dout, size_t n);
 
 /* ---- ReLU ---- */
 void relu_forward(float *out, const float *in, size_t n);
-/* din += dout * (in > 0) */
-void relu_backward(float *din, const float *dout, const float *in, size_t n);
+/* din += dout * (out > 0), out the forward's output: out > 0 exactly where
+ * in > 0 (a NaN input gives 0 either way), so the pre-activations need not
+ * be kept (a quantized model's fused layer does not write them). */
+void relu_backward(float *din, const float *dout, const float *out, size_t n);
 
 /* ---- inverted dropout: out = in * mask, mask[i] in {0, 1/(1-p)} ----
  * The mask is drawn from ac_rng_uniform(key, i) (counter based), so it is the

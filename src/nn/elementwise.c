@@ -27,13 +27,13 @@ void relu_forward(float *out, const float *in, size_t n)
         out[i] = in[i] > 0.0f ? in[i] : 0.0f;
 }
 
-void relu_backward(float *din, const float *dout, const float *in, size_t n)
+void relu_backward(float *din, const float *dout, const float *out, size_t n)
 {
     if (!din)
         return;
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++)
-        din[i] += in[i] > 0.0f ? dout[i] : 0.0f;
+        din[i] += out[i] > 0.0f ? dout[i] : 0.0f;
 }
 
 void dropout_forward(float *out, float *mask, const float *in, float p, size_t n, uint64_t key)

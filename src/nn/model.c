@@ -780,7 +780,7 @@ static void encoder_from_embed_sum(ac_model *m, const int32_t *ids, const int32_
         layernorm(a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], a->res1[l], w->ln1_w,
                           w->ln1_b, N, d, c->ln_eps);
         prof_lap(m, &t, m->profile.forward, AC_PART_ADD_NORM);
-        if (quantized_layer(m, l, AC_QL_FC1)) /* inference only: fc1 is not kept */
+        if (quantized_layer(m, l, AC_QL_FC1)) /* fc1 is not kept: relu_backward reads relu */
             ac_qlinear_relu_forward(a->relu[l], a->ln1[l], &m->quant->linear[l][AC_QL_FC1],
                                     w->fc1_b, N, m->quant->kernel);
         else {
@@ -996,7 +996,7 @@ static void encoder_backward(ac_model *m, const ac_param_ptrs *g, float *d_embed
         zero_floats(a->grad_ff, Nff);
         linear_backward(a->grad_ff, gw->fc2_w, gw->fc2_b, dfc2, a->relu[l], w->fc2_w, N, ff, d);
         zero_floats(a->grad_fc1, Nff);
-        relu_backward(a->grad_fc1, a->grad_ff, a->fc1[l], Nff);
+        relu_backward(a->grad_fc1, a->grad_ff, a->relu[l], Nff);
         /* dh already holds the residual path; the FFN path adds to it. */
         linear_backward(dh, gw->fc1_w, gw->fc1_b, a->grad_fc1, a->ln1[l], w->fc1_w, N, d, ff);
         prof_lap(m, &t, m->profile.backward, AC_PART_FFN);
