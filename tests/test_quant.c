@@ -1191,6 +1191,10 @@ START_TEST(test_corrupt_files)
     load_fails(q, vocab, "duplicate token");
     spit(model, orig, len);
     load_fails(q, vocab, "duplicate token");
+    /* ... and config.json before both */
+    spit(config, "{", 1);
+    load_fails(q, config, "");
+    spit(config, corig, clen);
     spit(vocab, vorig, vlen);
     spit(model, orig, len / 2);
     load_fails(q, model, "");

@@ -212,20 +212,23 @@ static int load_model_tensors(ac_model *m, const ac_model_config *mc, const ac_s
     return ac_quant_load_tensors(m, storage, model_path, lazy, err);
 }
 
-/* The tensors, loaded on a thread of their own while vocab.txt loads. */
+/* config.json and then the tensors, loaded on a thread of their own while
+ * vocab.txt loads. */
 typedef struct {
-    ac_model *m;
-    const ac_model_config *mc;
-    const ac_storage *storage;
+    ac_model_dir *md;
+    ac_storage *storage;
     const char *dir, *model_path;
-    int lazy, rc;
-    ac_err err;
-} tensor_job;
+    int lazy, config_rc, tensor_rc;
+    ac_err config_err, tensor_err;
+} model_job;
 
-static void *run_tensor_job(void *arg)
+static void *run_model_job(void *arg)
 {
-    tensor_job *j = arg;
-    j->rc = load_model_tensors(j->m, j->mc, j->storage, j->dir, j->model_path, j->lazy, &j->err);
+    model_job *j = arg;
+    j->config_rc = load_config_storage(&j->md->config, j->storage, j->dir, &j->config_err);
+    if (j->config_rc == 0)
+        j->tensor_rc = load_model_tensors(&j->md->model, &j->md->config.model, j->storage, j->dir,
+                                          j->model_path, j->lazy, &j->tensor_err);
     return NULL;
 }
 
@@ -239,30 +242,35 @@ static int model_dir_load(ac_model_dir *md, const char *dir, int lazy, ac_err *e
         ac_err_set(err, "%s: out of memory", dir);
         goto done;
     }
-    if (load_config_storage(&md->config, &storage, dir, err) != 0)
-        goto done;
-    const ac_model_config *mc = &md->config.model;
-    /* A cold `predict` of a quantized model: its tensors (checked and
-     * unpacked) take about half as long as vocab.txt (30,000 lines hashed),
-     * so they load on a second thread meanwhile. The thread is a plain one,
-     * not OpenMP's: a team's idle thread would spin through the rest of the
-     * run. F32 tensors are mapped in place, and a full load (lazy 0) unpacks
-     * with threads of its own: both load on this thread. Errors are
-     * reported in file order: vocab.txt first. */
-    tensor_job tensors = {&md->model, mc, &storage, dir, model_path, lazy, 0, {{0}}};
-    pthread_t tensor_thread;
-    const int threaded = storage.quantized && lazy && omp_get_max_threads() > 1 &&
-                         pthread_create(&tensor_thread, NULL, run_tensor_job, &tensors) == 0;
+    /* A cold `predict`: config.json and the tensors (for a quantized model
+     * checked and unpacked) take about as long as vocab.txt (30,000 lines
+     * hashed), so they load on a second thread meanwhile. The thread is a
+     * plain one, not OpenMP's: a team's idle thread would spin through the
+     * rest of the run. A full load (lazy 0) unpacks with threads of its own:
+     * it loads on this thread. Errors are reported in file order:
+     * config.json, vocab.txt, model.safetensors. */
+    model_job job = {.md = md, .storage = &storage, .dir = dir, .model_path = model_path,
+                     .lazy = lazy};
+    pthread_t model_thread;
+    const int threaded = lazy && omp_get_max_threads() > 1 &&
+                         pthread_create(&model_thread, NULL, run_model_job, &job) == 0;
+    if (!threaded)
+        run_model_job(&job);
     ac_err vocab_err;
-    int vocab_rc = ac_vocab_load(&md->vocab, vocab_path, &vocab_err);
+    /* (the thread's config_rc is only read after the join) */
+    int vocab_rc = threaded || job.config_rc == 0 ? ac_vocab_load(&md->vocab, vocab_path, &vocab_err)
+                                                  : 0;
     if (threaded)
-        pthread_join(tensor_thread, NULL);
-    else
-        run_tensor_job(&tensors);
+        pthread_join(model_thread, NULL);
+    if (job.config_rc != 0) {
+        *err = job.config_err;
+        goto done;
+    }
     if (vocab_rc != 0) {
         *err = vocab_err;
         goto done;
     }
+    const ac_model_config *mc = &md->config.model;
     if (md->vocab.size != mc->vocab_size) {
         ac_err_set(err, "%s: %d tokens, but config.json says model.vocab_size %d", vocab_path,
                    (int)md->vocab.size, mc->vocab_size);
@@ -273,8 +281,8 @@ static int model_dir_load(ac_model_dir *md, const char *dir, int lazy, ac_err *e
                    vocab_path);
         goto done;
     }
-    if (tensors.rc != 0) {
-        *err = tensors.err;
+    if (job.tensor_rc != 0) {
+        *err = job.tensor_err;
         goto done;
     }
     rc = 0;
