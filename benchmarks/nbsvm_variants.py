@@ -11,8 +11,10 @@ On kfold.py's folds (the same rows in the same order), prints the mean accuracy 
     character 3-5-grams of each word added;
   - with --attnctl BIN: attnctl's defaults (train, then predict --json on the held-out
     fold) and the sums log p_attnctl + a * s_NBSVM for a in 0.25..4, s the interpolated
-    one-vs-rest scores. These sums pick a on the test folds, so they are an upper bound on
-    what an ensemble of the two could give, not a recipe.
+    one-vs-rest scores, and log p_attnctl + a * s_NB / sqrt(n) for a in 0.2..4 (naive Bayes'
+    scores over the square root of the text's n-gram count, the wide path's normalisation).
+    These sums pick a on the test folds, so they are an upper bound on what an ensemble of
+    the two could give, not a recipe.
 Every variant is one-vs-rest beyond two classes (one ratio per class), as nbsvm.py.
 Benchmarks only (numpy, scipy, scikit-learn); the product never needs them.
 """
@@ -74,7 +76,8 @@ def predicted(S):
 
 def attnctl_probs(binary, tr_path, te_path, workdir, classes):
     out = os.path.join(workdir, "model")
-    subprocess.run([binary, "train", tr_path, "--out", out, "--quiet"], check=True)
+    if not os.path.exists(os.path.join(out, "model.safetensors")):  # kept with --work
+        subprocess.run([binary, "train", tr_path, "--out", out, "--quiet"], check=True)
     lines = subprocess.run([binary, "predict", "--model", out, "--csv", te_path, "--json"],
                            check=True, capture_output=True, text=True).stdout.splitlines()
     return np.array([[json.loads(line)["probabilities"][c] for c in classes] for line in lines])
@@ -104,10 +107,13 @@ def main():
                 ("with character 3-5-grams", "chars", svm(1.0), 0.25, True)]
     acc = {v[0]: [] for v in variants}
     mixes = [0.25, 0.5, 1.0, 2.0, 4.0]
+    nb_mixes = [0.2, 0.4, 0.8, 1.2, 2.0, 4.0]
     if a.attnctl:
         acc["attnctl defaults"] = []
         for m in mixes:
             acc["log p_attnctl + %g s_NBSVM" % m] = []
+        for m in nb_mixes:
+            acc["log p_attnctl + %g s_NB / sqrt(n)" % m] = []
     for f in range(a.k):
         tr = [r for r, g in zip(rows, fold_of) if g != f]
         te = [r for r, g in zip(rows, fold_of) if g == f]
@@ -141,6 +147,12 @@ def main():
             for m in mixes:
                 acc["log p_attnctl + %g s_NBSVM" % m].append(
                     np.mean((np.log(P + 1e-12) + m * S).argmax(axis=1) == yte))
+            NB = scores(W, ytr, We, len(classes), None, 1.0)
+            NB = NB if NB.shape[1] > 1 else np.hstack([-NB, NB]) / 2
+            NB /= np.sqrt(np.maximum(np.asarray(We.sum(axis=1)).ravel(), 1))[:, None]
+            for m in nb_mixes:
+                acc["log p_attnctl + %g s_NB / sqrt(n)" % m].append(
+                    np.mean((np.log(P + 1e-12) + m * NB).argmax(axis=1) == yte))
         print("fold %d done" % f, file=sys.stderr, flush=True)
     name = os.path.splitext(os.path.basename(a.data))[0]
     print("%s: %d rows, %d-fold (seed %d); mean accuracy %%, sd over folds" % (name, len(rows), a.k,
