@@ -6,8 +6,8 @@
 #
 # The binary is built without AVX-512 (valgrind 3.19 cannot execute it), and
 # the variables attnctl sets for train/pretrain/eval/bench are set so that it
-# does not re-execute itself (a re-exec would leave valgrind). tests/valgrind.supp hides only libgomp's
-# worker-thread storage.
+# does not re-execute itself (a re-exec would leave valgrind). tests/valgrind.supp hides only the
+# thread-local storage glibc keeps for threads: libgomp's workers and the model loading thread.
 set -u
 bin=$1
 work=$2
