@@ -671,6 +671,12 @@ START_TEST(test_vocab_order_and_ties)
     ck_assert_int_eq(ac_vocab_build(&v, &d, NULL, 3, &cfg, 2, 1, 1, &err), -1);
     ck_assert_ptr_nonnull(strstr(err.msg, "too small"));
     ck_assert_ptr_null(v.tokens);
+    /* ids fit a slot's 26 bits */
+    ck_assert_int_eq(ac_vocab_build(&v, &d, NULL, 3, &cfg, AC_VOCAB_MAX_TOKENS, 1, 1, &err), 0);
+    ac_vocab_free(&v);
+    ck_assert_int_eq(ac_vocab_build(&v, &d, NULL, 3, &cfg, AC_VOCAB_MAX_TOKENS + 1, 1, 1, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "too large"));
+    ck_assert_ptr_null(v.tokens);
     raw_free(&d);
 }
 END_TEST

@@ -34,7 +34,12 @@ static inline uint32_t slot_of(uint64_t h, uint32_t mask)
 {
     return (uint32_t)(h ^ (h >> 32)) & mask;
 }
-static inline uint32_t tag_of(uint64_t h) { return (uint32_t)(h >> 32); }
+/* ac_vocab_slot: the id in the low 26 bits, the hash's top 6 bits above. */
+#define SLOT_EMPTY 0xffffffffu
+#define SLOT_ID_BITS 0x3ffffffu
+static inline uint32_t tag_of(uint64_t h) { return (uint32_t)(h >> 58) << 26; }
+static inline int32_t slot_id(ac_vocab_slot s) { return (int32_t)(s & SLOT_ID_BITS); }
+static inline uint32_t slot_tag(ac_vocab_slot s) { return s & ~SLOT_ID_BITS; }
 
 /* ------------------------------------------------------------ token counts */
 
@@ -153,14 +158,15 @@ static void insert_token(ac_vocab *v, int32_t id, uint64_t h, int32_t *dup, int3
 {
     const uint32_t mask = v->n_slots - 1;
     uint32_t k = slot_of(h, mask);
-    while (v->slots[k].id >= 0 &&
-           (v->slots[k].tag != tag_of(h) || strcmp(v->tokens[v->slots[k].id], v->tokens[id]) != 0))
+    while (v->slots[k] != SLOT_EMPTY &&
+           (slot_tag(v->slots[k]) != tag_of(h) ||
+            strcmp(v->tokens[slot_id(v->slots[k])], v->tokens[id]) != 0))
         k = (k + 1) & mask;
-    if (v->slots[k].id < 0)
-        v->slots[k] = (ac_vocab_slot){id, tag_of(h)};
+    if (v->slots[k] == SLOT_EMPTY)
+        v->slots[k] = (uint32_t)id | tag_of(h);
     else if (*dup < 0) {
         *dup = id;
-        *first = v->slots[k].id;
+        *first = slot_id(v->slots[k]);
     }
 }
 
@@ -188,11 +194,12 @@ int32_t ac_vocab_lookup(const ac_vocab *v, const char *s, size_t len)
     const uint64_t h = ac_token_hash(s, len);
     uint32_t k = slot_of(h, mask);
     for (;; k = (k + 1) & mask) {
-        int32_t id = v->slots[k].id;
-        if (id < 0)
+        const uint32_t slot = v->slots[k];
+        if (slot == SLOT_EMPTY)
             return AC_UNK_ID;
-        if (v->slots[k].tag != tag_of(h))
+        if (slot_tag(slot) != tag_of(h))
             continue;
+        const int32_t id = slot_id(slot);
         /* byte by byte, stopping at the token's NUL: never reads past it */
         const char *tok = v->tokens[id];
         size_t i = 0;
@@ -317,6 +324,9 @@ int ac_vocab_build(ac_vocab *v, const ac_rawdata *data, const int64_t *idx, int6
     if (max_size < n_specials)
         return ac_err_set(err, "vocabulary size %d is too small: the %d special tokens need %d",
                           (int)max_size, (int)n_specials, (int)n_specials);
+    if (max_size > AC_VOCAB_MAX_TOKENS)
+        return ac_err_set(err, "vocabulary size %d is too large (at most %d)", (int)max_size,
+                          AC_VOCAB_MAX_TOKENS);
     if (n < 0 || (!idx && n > data->n_rows))
         return ac_err_set(err, "vocabulary: %lld rows asked for, the data has %lld", (long long)n,
                           (long long)data->n_rows);
@@ -487,8 +497,9 @@ static int check_vocab_line(ac_vocab *v, const vocab_line *l, int64_t lineno, co
             v->mask_id = (int32_t)(lineno - 1);
         }
     }
-    if (lineno >= INT32_MAX)
-        return ac_err_set(err, "%s:%lld: too many tokens", path, (long long)lineno);
+    if (lineno > AC_VOCAB_MAX_TOKENS)
+        return ac_err_set(err, "%s:%lld: too many tokens (at most %d)", path, (long long)lineno,
+                          AC_VOCAB_MAX_TOKENS);
     return 0;
 }
 
@@ -632,8 +643,8 @@ int ac_vocab_load(ac_vocab *v, const char *path, ac_err *err)
         ac_err_set(err, "%s: empty file (a vocabulary starts with <pad>, <unk>)", path);
         goto fail;
     }
-    /* Past INT32_MAX lines check_vocab_line stops at line INT32_MAX. */
-    size_t max_tokens = n_lines < (size_t)INT32_MAX ? n_lines : (size_t)INT32_MAX;
+    /* Past AC_VOCAB_MAX_TOKENS lines check_vocab_line stops at the next. */
+    size_t max_tokens = n_lines < (size_t)AC_VOCAB_MAX_TOKENS ? n_lines : (size_t)AC_VOCAB_MAX_TOKENS;
     const uint64_t n_slots = slots_for((uint64_t)max_tokens);
     v->tokens = malloc(max_tokens * sizeof *v->tokens);
     v->slots = n_slots ? malloc(n_slots * sizeof *v->slots) : NULL;
