@@ -707,14 +707,14 @@ int ac_model_inference_needs_blas(const ac_model *m)
     return 0;
 }
 
-/* Linear layer `which` (AC_QL_*) of encoder layer l: in int8 in a quantized
- * model (attnctl/quant.h), else the F32 layer. */
 static int quantized_layer(const ac_model *m, int l, int which)
 {
     const ac_quant *q = m->quant;
     return q && l < q->n_layers && q->linear[l][which].packed;
 }
 
+/* Linear layer `which` (AC_QL_*) of encoder layer l: in int8 in a quantized
+ * model (attnctl/quant.h), else the F32 layer. */
 static void layer_linear(const ac_model *m, int l, int which, float *out, const float *in,
                          const float *w, const float *bias, int N, int in_dim, int out_dim)
 {
@@ -722,6 +722,22 @@ static void layer_linear(const ac_model *m, int l, int which, float *out, const 
         ac_qlinear_forward(out, in, &m->quant->linear[l][which], bias, N, m->quant->kernel);
     else
         linear_forward(out, in, w, bias, N, in_dim, out_dim);
+}
+
+/* The same followed by a ReLU into relu_out. The F32 layer writes its
+ * pre-activations to pre (kept for nothing else: relu_backward reads the
+ * output); the int8 layer applies the ReLU as it writes and leaves pre. */
+static void layer_linear_relu(const ac_model *m, int l, int which, float *relu_out, float *pre,
+                              const float *in, const float *w, const float *bias, int N,
+                              int in_dim, int out_dim)
+{
+    if (quantized_layer(m, l, which)) {
+        ac_qlinear_relu_forward(relu_out, in, &m->quant->linear[l][which], bias, N,
+                                m->quant->kernel);
+    } else {
+        linear_forward(pre, in, w, bias, N, in_dim, out_dim);
+        relu_forward(relu_out, pre, (size_t)N * (size_t)out_dim);
+    }
 }
 
 /* The encoder after act.embed_sum, shared by every objective: the embedding
@@ -780,13 +796,8 @@ static void encoder_from_embed_sum(ac_model *m, const int32_t *ids, const int32_
         layernorm(a->ln1[l], a->ln1_mean[l], a->ln1_rstd[l], a->res1[l], w->ln1_w,
                           w->ln1_b, N, d, c->ln_eps);
         prof_lap(m, &t, m->profile.forward, AC_PART_ADD_NORM);
-        if (quantized_layer(m, l, AC_QL_FC1)) /* fc1 is not kept: relu_backward reads relu */
-            ac_qlinear_relu_forward(a->relu[l], a->ln1[l], &m->quant->linear[l][AC_QL_FC1],
-                                    w->fc1_b, N, m->quant->kernel);
-        else {
-            linear_forward(a->fc1[l], a->ln1[l], w->fc1_w, w->fc1_b, N, d, ff);
-            relu_forward(a->relu[l], a->fc1[l], (size_t)N * ff);
-        }
+        layer_linear_relu(m, l, AC_QL_FC1, a->relu[l], a->fc1[l], a->ln1[l], w->fc1_w,
+                          w->fc1_b, N, d, ff);
         layer_linear(m, l, AC_QL_FC2, a->fc2[l], a->relu[l], w->fc2_w, w->fc2_b, N, ff, d);
         prof_lap(m, &t, m->profile.forward, AC_PART_FFN);
         if (drop) {

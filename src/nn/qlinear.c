@@ -289,10 +289,7 @@ static void qlinear_forward(float *out, const float *in, const ac_qlinear *l, co
                         v += vf_load(bias + o0 + c);
                     if (relu) {
                         const vf16 zero = {0};
-                        vi16 bits;
-                        memcpy(&bits, &v, sizeof bits);
-                        bits &= (vi16)(v > zero); /* all ones where v > 0: v, else +0 */
-                        memcpy(&v, &bits, sizeof v);
+                        v = vf_select(v > zero, v, zero);
                     }
                     vf_store(o + c, v);
                 }

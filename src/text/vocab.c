@@ -179,7 +179,7 @@ static int vocab_index(ac_vocab *v, int32_t *dup, int32_t *first)
     v->slots = n_slots ? malloc(n_slots * sizeof *v->slots) : NULL;
     if (!v->slots)
         return -1;
-    memset(v->slots, 0xff, n_slots * sizeof *v->slots); /* all -1: empty */
+    memset(v->slots, 0xff, n_slots * sizeof *v->slots); /* all ones: SLOT_EMPTY */
     v->n_slots = (uint32_t)n_slots;
     for (int32_t id = 0; id < v->size && *dup < 0; id++)
         insert_token(v, id, ac_token_hash(v->tokens[id], strlen(v->tokens[id])), dup, first);
@@ -506,18 +506,22 @@ static int check_vocab_line(ac_vocab *v, const vocab_line *l, int64_t lineno, co
 /* Lines between a token's hash and its insertion in ac_vocab_load. */
 #define LOAD_AHEAD 16
 
-/* 1 when no byte is a control byte, a space or DEL (but '\n') and the file
- * is valid UTF-8, as in most vocabularies: then the per-byte checks of a
- * line have nothing to find ('\n' is never part of a UTF-8 sequence, so a
+/* The file's lines (a last one without its newline counts) in *n_lines,
+ * and 1 when no byte is a control byte, a space or DEL (but '\n') and the
+ * file is valid UTF-8, as in most vocabularies: then the per-byte checks of
+ * a line have nothing to find ('\n' is never part of a UTF-8 sequence, so a
  * valid file has valid lines). One pass the compiler vectorises. */
-static int plain_lines(const char *data, size_t len)
+static int scan_lines(const char *data, size_t len, size_t *n_lines)
 {
     unsigned char control = 0, high = 0;
+    size_t newlines = 0;
     for (size_t i = 0; i < len; i++) {
         const unsigned char c = (unsigned char)data[i];
         control |= (unsigned char)((c < 0x21 && c != '\n') | (c == 0x7f));
         high |= c;
+        newlines += c == '\n';
     }
+    *n_lines = newlines + (len > 0 && data[len - 1] != '\n');
     return !control && (!(high & 0x80) || ac_utf8_valid_prefix(data, len) == len);
 }
 
@@ -566,7 +570,7 @@ static inline int take_line(vocab_loader *ld, const vocab_line *l, uint64_t h, a
     return 0;
 }
 
-/* The lines of a file plain_lines accepts: only the checks of check_vocab_line remain. */
+/* The lines of a file scan_lines calls plain: only the checks of check_vocab_line remain. */
 static int take_plain_lines(vocab_loader *ld, char *data, size_t len, ac_err *err)
 {
     char *line = data;
@@ -636,9 +640,8 @@ int ac_vocab_load(ac_vocab *v, const char *path, ac_err *err)
         return ac_err_set(err, "%s: read error: %s", path, strerror(read_errno));
     v->storage = data;
     data[len] = '\0';
-    size_t n_lines = len > 0 && data[len - 1] != '\n'; /* a last line without its newline */
-    for (size_t i = 0; i < len; i++)
-        n_lines += data[i] == '\n';
+    size_t n_lines;
+    const int plain = scan_lines(data, len, &n_lines);
     if (n_lines == 0) {
         ac_err_set(err, "%s: empty file (a vocabulary starts with <pad>, <unk>)", path);
         goto fail;
@@ -654,10 +657,10 @@ int ac_vocab_load(ac_vocab *v, const char *path, ac_err *err)
     }
     ac_prefault_write(v->tokens, max_tokens * sizeof *v->tokens);
     ac_prefault_write(v->slots, n_slots * sizeof *v->slots);
-    memset(v->slots, 0xff, n_slots * sizeof *v->slots); /* all -1: empty */
+    memset(v->slots, 0xff, n_slots * sizeof *v->slots); /* all ones: SLOT_EMPTY */
     v->n_slots = (uint32_t)n_slots;
     vocab_loader ld = {.v = v, .path = path, .mask = v->n_slots - 1, .dup = -1, .first = -1};
-    if ((plain_lines(data, len) ? take_plain_lines : take_checked_lines)(&ld, data, len, err) != 0)
+    if ((plain ? take_plain_lines : take_checked_lines)(&ld, data, len, err) != 0)
         goto fail;
     for (int32_t id = v->size - LOAD_AHEAD > 0 ? v->size - LOAD_AHEAD : 0; id < v->size; id++)
         insert_token(v, id, ld.pending[id % LOAD_AHEAD], &ld.dup, &ld.first);
