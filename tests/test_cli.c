@@ -1183,6 +1183,7 @@ START_TEST(test_bench_models)
     ck_assert_msg(cJSON_IsArray(o) && cJSON_GetArraySize(o) == 2, "not 2 results: %s", r.out);
     const cJSON *f = cJSON_GetArrayItem(o, 0), *qm = cJSON_GetArrayItem(o, 1);
     ck_assert_double_eq(json_num(f, "rows"), json_num(qm, "rows"));
+    ck_assert_double_eq(json_num(f, "rows"), SAMPLE_TEST_ROWS); /* each row once, warm-up aside */
     ck_assert_double_eq(json_num(f, "tokens"), json_num(qm, "tokens"));
     ck_assert_str_eq(cJSON_GetObjectItem(f, "peak_kind")->valuestring, "FP32");
     ck_assert_str_eq(cJSON_GetObjectItem(qm, "peak_kind")->valuestring, "int8");
@@ -1201,6 +1202,65 @@ START_TEST(test_bench_models)
         ck_assert_double_eq_tol(json_num(qm, "peak_gops"), 4 * json_num(f, "peak_gops"), 1e-6);
     cJSON_Delete(o);
     result_free(&r);
+    nftw(qdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+END_TEST
+
+/* quantize --check: the accuracy of both models is eval's, at 2 threads and
+ * with small batches (many of them, in several windows), and the labels that
+ * agree are counted from predict's labels of the same rows. */
+START_TEST(test_quantize_check_matches_eval)
+{
+    char model[512], qdir[512];
+    model_dir(model, sizeof model);
+    work_path(qdir, sizeof qdir, "check-q");
+    nftw(qdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    const char *quantize[] = {"quantize", "--model", model, "--out", qdir, "--check", SAMPLE_TEST,
+                              "--threads", "2", NULL};
+    result q = run(quantize);
+    ck_assert_msg(q.status == 0, "status %d, stderr: %s", q.status, q.err);
+    const char *acc_line = strstr(q.out, "accuracy   "), *agree_line = strstr(q.out, "agreement  ");
+    ck_assert_msg(acc_line && agree_line && strstr(q.out, ": 200 rows"), "%s", q.out);
+    double acc[2], agree_pct;
+    long differ;
+    ck_assert_int_eq(sscanf(acc_line, "accuracy %lf model, %lf quantized", &acc[0], &acc[1]), 2);
+    ck_assert_int_eq(sscanf(agree_line, "agreement %lf%% of the labels the same (%ld differ)",
+                            &agree_pct, &differ), 2);
+    const char *dirs[2] = {model, qdir};
+    char *labels[2];
+    for (int k = 0; k < 2; k++) {
+        const char *ev[] = {"eval", "--model", dirs[k], SAMPLE_TEST, "--json", NULL};
+        result e = run(ev);
+        ck_assert_msg(e.status == 0, "status %d, stderr: %s", e.status, e.err);
+        cJSON *o = cJSON_Parse(e.out);
+        ck_assert_ptr_nonnull(o);
+        ck_assert_double_eq_tol(acc[k], json_num(o, "accuracy"), 0.5e-4);
+        cJSON_Delete(o);
+        result_free(&e);
+        const char *pr[] = {"predict", "--model", dirs[k], "--csv", SAMPLE_TEST, NULL};
+        result p = run(pr);
+        ck_assert_msg(p.status == 0, "status %d, stderr: %s", p.status, p.err);
+        labels[k] = strdup(p.out);
+        result_free(&p);
+    }
+    /* predict's lines: LABEL TAB PROBABILITY; count the rows whose labels differ */
+    long counted = 0;
+    int rows = 0;
+    for (const char *a = labels[0], *b = labels[1]; *a && *b; rows++) {
+        size_t la = strcspn(a, "\t"), lb = strcspn(b, "\t");
+        counted += la != lb || strncmp(a, b, la) != 0;
+        a = strchr(a, '\n');
+        b = strchr(b, '\n');
+        if (!a || !b)
+            break;
+        a++;
+        b++;
+    }
+    ck_assert_int_eq(rows, SAMPLE_TEST_ROWS);
+    ck_assert_int_eq(differ, counted);
+    free(labels[0]);
+    free(labels[1]);
+    result_free(&q);
     nftw(qdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 END_TEST
@@ -1369,6 +1429,7 @@ int main(void)
         tcase_add_test(tc, test_predict_closed_stdout);
         tcase_add_test(tc, test_predict_starts_once);
         tcase_add_test(tc, test_bench_models);
+        tcase_add_test(tc, test_quantize_check_matches_eval);
         tcase_add_test(tc, test_threads_same_bytes);
     }
     suite_add_tcase(s, tc);

@@ -61,8 +61,26 @@ static double file_mb(const char *dir)
     return stat(path, &sb) == 0 ? (double)sb.st_size / 1e6 : 0.0;
 }
 
-/* One pass over the rows of data_path (file order, batches of 32) after one
- * batch of warm-up. */
+/* What a pass counts, batch by batch (cli_infer_run_plan's callback). */
+typedef struct {
+    model_speed *r;
+    const ac_model_config *cfg;
+} pass_tally;
+
+static int count_batch(void *user, const cli_infer *s, const cli_infer_batch *b)
+{
+    (void)s;
+    pass_tally *t = user;
+    t->r->rows += b->batch.B;
+    for (int i = 0; i < b->batch.B; i++) {
+        t->r->tokens += b->batch.lengths[i];
+        t->r->ops += review_ops(t->cfg, b->batch.lengths[i]);
+    }
+    return 0;
+}
+
+/* One pass over the rows of data_path (file order, batches of 32, a window
+ * of batches at a time as predict runs them) after one window of warm-up. */
 static int measure_model(model_speed *r, const char *dir, const char *data_path, ac_err *err)
 {
     cli_infer s;
@@ -87,24 +105,19 @@ static int measure_model(model_speed *r, const char *dir, const char *data_path,
         ac_err_set(err, "%s: no rows", data_path);
         goto done;
     }
-    for (int pass = 0; pass < 2; pass++) {
-        double start = ac_now_s();
-        int64_t n_batches = pass == 0 ? 1 : plan.n_batches; /* pass 0: warm-up */
-        for (int64_t b = 0; b < n_batches; b++) {
-            ac_batch batch = {.ids = s.ids, .lengths = s.lengths, .labels = s.labels, .rows = s.rows};
-            ac_batch_fill(&batch, &corpus, &plan, b);
-            if (cli_infer_forward(&s, batch.B, batch.T, NULL, err) != 0)
-                goto done;
-            if (pass == 1) {
-                r->rows += batch.B;
-                for (int i = 0; i < batch.B; i++) {
-                    r->tokens += batch.lengths[i];
-                    r->ops += review_ops(&s.md.model.cfg, batch.lengths[i]);
-                }
-            }
-        }
-        r->seconds = ac_now_s() - start;
-    }
+    /* warm-up: the first window (every thread's activations touched once) */
+    ac_batch_plan first = plan;
+    if (first.n_batches > s.window)
+        first.n_batches = s.window;
+    model_speed warm = {0};
+    pass_tally tally = {.r = &warm, .cfg = &s.md.model.cfg};
+    if (cli_infer_run_plan(&s, &corpus, &first, 0, count_batch, &tally, err) != 0)
+        goto done;
+    tally.r = r;
+    double start = ac_now_s();
+    if (cli_infer_run_plan(&s, &corpus, &plan, 0, count_batch, &tally, err) != 0)
+        goto done;
+    r->seconds = ac_now_s() - start;
     rc = 0;
 done:
     ac_batch_plan_free(&plan);

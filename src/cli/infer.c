@@ -36,20 +36,6 @@ int cli_infer_open(cli_infer *s, const char *model_dir, int batch_size, ac_err *
         return -1;
     }
     size_t n_ids = (size_t)batch_size * (size_t)s->max_len;
-    s->ids = calloc(n_ids, sizeof *s->ids);
-    s->lengths = calloc((size_t)batch_size, sizeof *s->lengths);
-    s->labels = calloc((size_t)batch_size, sizeof *s->labels);
-    s->rows = calloc((size_t)batch_size, sizeof *s->rows);
-    if (!s->ids || !s->lengths || !s->labels || !s->rows) {
-        cli_infer_close(s);
-        return ac_err_set(err, "out of memory for batches of %d x %d tokens", batch_size,
-                          s->max_len);
-    }
-    if (ac_infer_init(&s->run, batch_size, s->max_len, s->n_classes, AC_INFER_BY_LENGTH,
-                      omp_get_max_threads(), err) != 0) {
-        cli_infer_close(s);
-        return -1;
-    }
     /* A window of 8 batches a thread (the last of a window leaves a thread
      * idle while the others finish), fewer for batches over 512 rows. */
     const int threads = omp_get_max_threads();
@@ -124,22 +110,12 @@ int cli_infer_run_plan(cli_infer *s, const ac_corpus *corpus, const ac_batch_pla
     return 0;
 }
 
-int cli_infer_forward(cli_infer *s, int B, int T, const int32_t *labels, ac_err *err)
-{
-    return ac_infer_run(&s->run, &s->md.model, s->ids, s->lengths, labels, B, T, err);
-}
-
 void cli_infer_close(cli_infer *s)
 {
     ac_infer_pool_free(&s->pool); /* its views before the model */
     if (s->loaded)
         ac_model_dir_free(&s->md);
     ac_tokenizer_free(s->tok);
-    free(s->ids);
-    free(s->lengths);
-    free(s->labels);
-    free(s->rows);
-    ac_infer_free(&s->run);
     for (int k = 0; s->batches && k < s->window; k++) {
         cli_infer_batch *b = &s->batches[k];
         free(b->batch.lengths);

@@ -26,12 +26,7 @@ typedef struct {
     int batch_size;   /* largest batch */
     int max_len;      /* the model's T */
     int n_classes;
-    int32_t *ids;     /* [batch_size * max_len]: the batch, row stride T of the current batch */
-    int32_t *lengths; /* [batch_size] */
-    int32_t *labels;  /* [batch_size] */
-    int64_t *rows;    /* [batch_size] */
     int loaded;
-    ac_infer run;     /* the forward and every row's results in batch order */
     /* Many batches at once, each on one thread (attnctl/infer.h, the pool):
      * a window of batches filled by the caller, run, then read in order. */
     ac_infer_pool pool;
@@ -41,17 +36,9 @@ typedef struct {
     ac_infer_job *jobs;     /* [window] */
 } cli_infer;
 
-/* Loads the model directory and allocates the batch buffers (not the activations). */
+/* Loads the model directory and allocates the window's batch buffers (not
+ * the activations). */
 int cli_infer_open(cli_infer *s, const char *model_dir, int batch_size, ac_err *err);
-/* Forward over s->ids / s->lengths (B rows of stride T) as groups of rows
- * of similar length (ac_infer_run, AC_INFER_BY_LENGTH). Probabilities:
- * cli_infer_probs; with labels, the per-example losses: cli_infer_losses. */
-int cli_infer_forward(cli_infer *s, int B, int T, const int32_t *labels, ac_err *err);
-static inline const float *cli_infer_probs(const cli_infer *s, int b)
-{
-    return ac_infer_probs(&s->run, b);
-}
-static inline const float *cli_infer_losses(const cli_infer *s) { return s->run.losses; }
 /* Runs batches [0, n) of the window (their rows filled by the caller), on
  * as many threads as there are batches, up to the thread count; with_labels:
  * the rows' labels are in batch.labels and the losses are computed. Each

@@ -32,6 +32,43 @@ static int map_classes(const cli_infer *s, const char *dir, const ac_rawdata *tr
     return 0;
 }
 
+/* What add_teacher's batches add to, and its progress line. */
+typedef struct {
+    const int32_t *map; /* the teacher's class k is the training data's map[k] */
+    int train_classes;
+    double *sum;
+    int64_t done_texts, all_texts;
+    double last_draw; /* < 0: nothing drawn yet */
+    volatile sig_atomic_t *stop;
+    int show;
+} teacher_tally;
+
+static void draw_progress(teacher_tally *t)
+{
+    if (!t->show || ac_now_s() - t->last_draw < 0.5)
+        return;
+    char done_s[32], all_s[32];
+    cli_format_count(done_s, sizeof done_s, (double)t->done_texts);
+    cli_format_count(all_s, sizeof all_s, (double)t->all_texts);
+    fprintf(stderr, "\r\033[Kattnctl: labelling: %s of %s texts", done_s, all_s);
+    fflush(stderr);
+    t->last_draw = ac_now_s();
+}
+
+static int add_batch(void *user, const cli_infer *s, const cli_infer_batch *b)
+{
+    teacher_tally *t = user;
+    for (int i = 0; i < b->batch.B; i++) {
+        const float *p = b->probs + (size_t)i * s->n_classes;
+        double *row = t->sum + (size_t)b->batch.rows[i] * (size_t)t->train_classes;
+        for (int k = 0; k < s->n_classes; k++)
+            row[t->map[k]] += p[k];
+    }
+    t->done_texts += b->batch.B;
+    draw_progress(t);
+    return t->stop && *t->stop ? PSEUDO_STOPPED : 0;
+}
+
 /* Adds one teacher's probabilities of every text to sum[text][training class]. */
 static int add_teacher(const char *dir, const ac_rawdata *texts, const ac_rawdata *train,
                        double *sum, volatile sig_atomic_t *stop, int show, ac_err *err)
@@ -44,8 +81,8 @@ static int add_teacher(const char *dir, const ac_rawdata *texts, const ac_rawdat
     if (cli_infer_open(&s, dir, PSEUDO_BATCH, err) != 0)
         return ac_err_prefix(err, "teacher");
     int rc = -1;
-    double last_draw = -1.0; /* no count drawn yet */
-    int64_t done_texts = 0;
+    teacher_tally tally = {.train_classes = train->n_classes, .sum = sum, .last_draw = -1.0,
+                           .stop = stop, .show = show};
     int32_t *map = malloc((size_t)s.n_classes * sizeof *map);
     if (!map) {
         ac_err_set(err, "out of memory");
@@ -59,33 +96,18 @@ static int add_teacher(const char *dir, const ac_rawdata *texts, const ac_rawdat
         ac_err_prefix(err, "teacher %s", dir);
         goto done;
     }
-    for (int64_t b = 0; b < plan.n_batches; b++) {
-        if (show && ac_now_s() - last_draw >= 0.5) {
-            char done_s[32], all_s[32];
-            cli_format_count(done_s, sizeof done_s, (double)done_texts);
-            cli_format_count(all_s, sizeof all_s, (double)corpus.n);
-            fprintf(stderr, "\r\033[Kattnctl: labelling: %s of %s texts", done_s, all_s);
-            fflush(stderr);
-            last_draw = ac_now_s();
-        }
-        if (stop && *stop) {
-            rc = PSEUDO_STOPPED;
-            goto done;
-        }
-        ac_batch batch = {.ids = s.ids, .lengths = s.lengths, .labels = s.labels, .rows = s.rows};
-        ac_batch_fill(&batch, &corpus, &plan, b);
-        if (cli_infer_forward(&s, batch.B, batch.T, NULL, err) != 0)
-            goto done;
-        done_texts += batch.B;
-        for (int i = 0; i < batch.B; i++) {
-            const float *p = cli_infer_probs(&s, i);
-            for (int k = 0; k < s.n_classes; k++)
-                sum[(size_t)batch.rows[i] * (size_t)train->n_classes + (size_t)map[k]] += p[k];
-        }
+    tally.map = map;
+    tally.all_texts = corpus.n;
+    if (stop && *stop) {
+        rc = PSEUDO_STOPPED;
+        goto done;
     }
-    rc = 0;
+    draw_progress(&tally);
+    /* a window of batches at a time, as predict runs them; a stop is seen
+     * after the window it falls in */
+    rc = cli_infer_run_plan(&s, &corpus, &plan, 0, add_batch, &tally, err);
 done:
-    if (show && last_draw >= 0.0) {
+    if (show && tally.last_draw >= 0.0) {
         fputs("\r\033[K", stderr);
         fflush(stderr);
     }

@@ -107,6 +107,21 @@ static double model_bytes(const char *dir)
     return total;
 }
 
+/* Where predict_labels puts each row's predicted and true label. */
+typedef struct {
+    int32_t *pred, *truth;
+} row_labels;
+
+static int take_labels(void *user, const cli_infer *s, const cli_infer_batch *b)
+{
+    row_labels *out = user;
+    for (int i = 0; i < b->batch.B; i++) {
+        out->pred[b->batch.rows[i]] = ac_argmax(b->probs + (size_t)i * s->n_classes, s->n_classes);
+        out->truth[b->batch.rows[i]] = b->batch.labels[i];
+    }
+    return 0;
+}
+
 /* The label the model in dir predicts for every row of the CSV (in file
  * order) into *pred, the true labels into *truth; *n rows. */
 static int predict_labels(const char *dir, const char *csv, int32_t **pred, int32_t **truth,
@@ -128,16 +143,9 @@ static int predict_labels(const char *dir, const char *csv, int32_t **pred, int3
         ac_err_set(err, "out of memory for %lld rows", (long long)corpus.n);
         goto done;
     }
-    for (int64_t b = 0; b < plan.n_batches; b++) {
-        ac_batch batch = {.ids = s.ids, .lengths = s.lengths, .labels = s.labels, .rows = s.rows};
-        ac_batch_fill(&batch, &corpus, &plan, b);
-        if (cli_infer_forward(&s, batch.B, batch.T, NULL, err) != 0)
-            goto done;
-        for (int i = 0; i < batch.B; i++) {
-            (*pred)[batch.rows[i]] = ac_argmax(cli_infer_probs(&s, i), s.n_classes);
-            (*truth)[batch.rows[i]] = batch.labels[i];
-        }
-    }
+    row_labels out = {.pred = *pred, .truth = *truth};
+    if (cli_infer_run_plan(&s, &corpus, &plan, 0, take_labels, &out, err) != 0)
+        goto done;
     *n = corpus.n;
     rc = 0;
 done:
@@ -184,11 +192,11 @@ static uint32_t *wide_uses(const char *dir, const char *path, ac_err *err)
         goto done;
     }
     for (int64_t b = 0; b < plan.n_batches; b++) {
-        ac_batch batch = {.ids = s.ids, .lengths = s.lengths, .labels = s.labels, .rows = s.rows};
-        ac_batch_fill(&batch, &corpus, &plan, b);
-        for (int i = 0; i < batch.B; i++) {
-            int n = wide_buckets_of_text(buckets, batch.ids + (size_t)i * batch.T, batch.lengths[i],
-                                         c->wide_order, c->wide_buckets);
+        ac_batch *batch = &s.batches[0].batch; /* the rows' ids only: no forward */
+        ac_batch_fill(batch, &corpus, &plan, b);
+        for (int i = 0; i < batch->B; i++) {
+            int n = wide_buckets_of_text(buckets, batch->ids + (size_t)i * batch->T,
+                                         batch->lengths[i], c->wide_order, c->wide_buckets);
             for (int k = 0; k < n; k++)
                 uses[buckets[k]]++;
         }
