@@ -1,7 +1,7 @@
 /* Inference plumbing shared by `attnctl eval`, `predict`, `quantize`, `bench
  * --model` and self-training's teacher: a loaded model directory, a
- * tokenizer and batch buffers around the library's inference loop
- * (attnctl/infer.h, rows grouped by length), so a text gets the same
+ * tokenizer and a window of batches for the library's pool (attnctl/infer.h:
+ * one batch a thread, its rows grouped by length), so a text gets the same
  * probabilities whichever command or batch it goes through. */
 #ifndef ATTNCTL_CLI_INFER_H
 #define ATTNCTL_CLI_INFER_H
