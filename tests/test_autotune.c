@@ -382,6 +382,79 @@ START_TEST(test_cli)
 }
 END_TEST
 
+/* On short texts (--refit auto is 1) the best trial's recipe is trained
+ * again on every row: the model in --out is the one its config.json trains
+ * (every row, the refit's epochs), autotune.json stays beside it; with
+ * --refit 0 the model is the trial's, chosen on the validation rows. */
+START_TEST(test_cli_refits_the_best)
+{
+    const char *bin = attnctl_path();
+    if (access(bin, X_OK) != 0) {
+        printf("SKIP test_cli_refits_the_best: no attnctl binary\n");
+        return;
+    }
+    char *dir = test_temp_dir("autotune"), *out = test_path(dir, "m"), *kept = test_path(dir, "k"),
+         *again = test_path(dir, "again"), *cmd = NULL, *err = NULL;
+    ck_assert_int_ge(asprintf(&cmd, "%s train %s --out %s %s --autotune 60steps", bin, TINY_CSV,
+                              out, TINY_OPTS),
+                     0);
+    ck_assert_int_eq(run_stderr(cmd, &err), 0);
+    ck_assert_msg(strstr(err, "training again from the start on every row"), "%s", err);
+    free(cmd);
+    free(err);
+    ac_config cfg;
+    ac_config_defaults(&cfg);
+    ac_err e;
+    ck_assert_msg(ac_model_dir_load_config(&cfg, out, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(cfg.training.refit, 1);
+    ck_assert(cfg.training.val_split == 0.0);
+    ck_assert_int_ge(cfg.training.epochs, 1);
+    ac_config_free(&cfg);
+    char *tj = test_path(out, AC_AUTOTUNE_FILE), *refit_dir = test_path(out, AC_REFIT_SUBDIR);
+    ck_assert_int_eq(access(tj, F_OK), 0);
+    ck_assert_msg(access(refit_dir, F_OK) != 0, "%s is left", refit_dir);
+    free(tj);
+    free(refit_dir);
+
+    /* Its config.json trains the same model bit for bit. */
+    char *config = test_path(out, "config.json");
+    ck_assert_int_ge(asprintf(&cmd, "%s train %s --out %s --config %s --threads 1", bin,
+                              TINY_CSV, again, config),
+                     0);
+    ck_assert_int_eq(run_stderr(cmd, &err), 0);
+    free(cmd);
+    free(err);
+    char *m1 = test_path(out, "model.safetensors"), *m2 = test_path(again, "model.safetensors");
+    size_t n1, n2;
+    unsigned char *b1 = read_all(m1, &n1), *b2 = read_all(m2, &n2);
+    ck_assert_msg(n1 == n2 && memcmp(b1, b2, n1) == 0, "the refit model differs from its config's");
+    free(b1);
+    free(b2);
+    free(m1);
+    free(m2);
+    free(config);
+
+    /* --refit 0: the best trial's own model, its validation rows held out. */
+    ck_assert_int_ge(asprintf(&cmd, "%s train %s --out %s %s --refit 0 --autotune 60steps", bin,
+                              TINY_CSV, kept, TINY_OPTS),
+                     0);
+    ck_assert_int_eq(run_stderr(cmd, &err), 0);
+    ck_assert_msg(!strstr(err, "training again"), "%s", err);
+    free(cmd);
+    free(err);
+    ac_config_defaults(&cfg);
+    ck_assert_msg(ac_model_dir_load_config(&cfg, kept, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(cfg.training.refit, 0);
+    ck_assert(cfg.training.val_split == 0.25);
+    ac_config_free(&cfg);
+    rm_rf(dir);
+    free(out);
+    free(kept);
+    free(again);
+    free(dir);
+}
+END_TEST
+
 /* SIGINT to the command during the search: exit 130, the best trial so far
  * in --out (or nothing), never a trial's directory left behind. */
 START_TEST(test_cli_sigint)
@@ -440,6 +513,7 @@ int main(void)
     tcase_add_test(tc, test_small_budget_trains_trial_1);
     tcase_add_test(tc, test_stop_keeps_the_best_so_far);
     tcase_add_test(tc, test_cli);
+    tcase_add_test(tc, test_cli_refits_the_best);
     tcase_add_test(tc, test_cli_sigint);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

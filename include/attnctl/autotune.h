@@ -35,9 +35,13 @@
  * (without checkpoint/: a search is not resumable) gets autotune.json (the
  * budget and every trial, docs/formats.md) and is renamed to out_dir at the
  * end, so out_dir is either absent (or as empty as it was) or a complete
- * model. out_dir must not exist or be an empty directory. A stop (*stop set,
- * Ctrl-C) ends the current trial, which does not count, and keeps the best
- * of the trials before it (none when it comes during trial 1). */
+ * model. Its config.json holds training.refit as the data resolves it: when
+ * that is 1, the caller trains the best trial's recipe again on every row
+ * (ac_train_refit_plan with r->best_run), as after a plain run; the trials'
+ * figures are from their validation rows either way. out_dir must not
+ * exist or be an empty directory. A stop (*stop set, Ctrl-C) ends the
+ * current trial, which does not count, and keeps the best of the trials
+ * before it (none when it comes during trial 1). */
 #ifndef ATTNCTL_AUTOTUNE_H
 #define ATTNCTL_AUTOTUNE_H
 
@@ -132,6 +136,7 @@ typedef struct {
     int best_trial;            /* 0: none finished (a stop during trial 1) */
     double best_val_accuracy;
     ac_tune_settings best;
+    ac_train_result best_run;  /* the best trial's training: what ac_train_refit_plan needs */
     long steps;                /* every trial's optimizer steps */
     double seconds;
     int model_saved;           /* out_dir holds the best trial's model */

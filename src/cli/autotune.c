@@ -120,7 +120,7 @@ static void on_trial(const ac_autotune_trial *t, void *user)
 }
 
 int cli_autotune_run(const train_args *a, const ac_train_options *to,
-                     volatile sig_atomic_t *stop_signal, int quiet)
+                     volatile sig_atomic_t *stop_signal, int quiet, ac_train_result *best_run)
 {
     ac_autotune_options o;
     memset(&o, 0, sizeof o);
@@ -179,5 +179,6 @@ int cli_autotune_run(const train_args *a, const ac_train_options *to,
         print_settings(stdout, &r.best);
         printf("\n");
     }
+    *best_run = r.best_run;
     return CLI_EXIT_OK;
 }

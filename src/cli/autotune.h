@@ -14,10 +14,11 @@
 int cli_autotune_check(const train_args *a, const ac_config *cfg, int n_ranks);
 
 /* Runs the search with the run's options (to: as for ac_train) and prints
- * its trials and result. Returns a CLI exit status: 0, CLI_EXIT_SIGINT or
+ * its trials and result. Returns a CLI exit status: 0 with *best_run the
+ * best trial's training (for the refit that may follow), CLI_EXIT_SIGINT or
  * CLI_EXIT_SIGTERM after a stop (the best trial so far saved, when there
  * was one), or an error status (printed). */
 int cli_autotune_run(const train_args *a, const ac_train_options *to,
-                     volatile sig_atomic_t *stop_signal, int quiet);
+                     volatile sig_atomic_t *stop_signal, int quiet, ac_train_result *best_run);
 
 #endif

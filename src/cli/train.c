@@ -550,7 +550,14 @@ static int run_training(cli_training_kind kind, int argc, char **argv, const cli
         .comm = par->comm,
     };
     if (a.v[OPT_AUTOTUNE].set) {
-        rc = cli_autotune_run(&a, &to, &stop_signal, quiet);
+        /* The search chose the recipe on the validation rows; its best
+         * trial is then refitted on every row as a plain run would be. */
+        ac_train_result best_run;
+        rc = cli_autotune_run(&a, &to, &stop_signal, quiet, &best_run);
+        if (rc == CLI_EXIT_OK) {
+            fflush(stdout); /* before the refit's progress on stderr */
+            rc = refit(&to, &best_run, &progress, quiet, failure_shared);
+        }
         goto done;
     }
     if (refit_pending) { /* the run finished; its refit on every row was cut short */

@@ -193,8 +193,10 @@ static const option_spec OPTIONS[] = {
                  "--dropout; one given as an option stays, unless as" MORE
                  "auto), last the best with 3 --members. The best on" MORE
                  "validation goes to DIR, which must be new or empty, with" MORE
-                 "the trials in DIR/autotune.json. Ctrl-C keeps the best" MORE
-                 "trial so far; a search cannot be resumed"),
+                 "the trials in DIR/autotune.json; with --refit (auto:" MORE
+                 "short texts) it is then trained again on every row, after" MORE
+                 "the budget. Ctrl-C keeps the best trial so far; a search" MORE
+                 "cannot be resumed"),
     /* Masking */
     SET("mask-frac", "training.mask_frac", PRETRAIN_ONLY, .section = S_MASKING,
         .text = "share of the tokens predicted, 0 < X < 1 [{}]"),

@@ -280,9 +280,9 @@ static int run_trial(tuner *tu, const ac_tune_settings *s, int changed, ac_err *
     ac_config cfg = *o->train.config; /* shallow: the trainer reads it only */
     if (s)
         apply_settings(&cfg, s);
-    /* Trials are compared on their validation rows: the model each keeps
-     * is the one chosen on them, never a refit on every row. */
-    cfg.training.refit = 0;
+    /* Trials are compared on their validation rows, each by the model
+     * chosen on them; training.refit stays as resolved for the data, and
+     * the caller refits the best trial alone (ac_train_refit). */
     ac_train_options to = o->train;
     to.config = &cfg;
     to.out_dir = dir;
@@ -379,6 +379,7 @@ static int run_trial(tuner *tu, const ac_tune_settings *s, int changed, ac_err *
         r->best_trial = index;
         r->best_val_accuracy = res.best_val_accuracy;
         r->best = ev.settings;
+        r->best_run = res;
         ev.outcome = AC_TRIAL_BEST;
     } else {
         ac_remove_tree(dir);
