@@ -1,5 +1,5 @@
 /* Helpers shared by the test suites: scratch directories, the binary under
- * test and a clock. Static inline, so that a suite using only some of them
+ * test, a clock and what a refitted model directory holds. Static inline, so that a suite using only some of them
  * builds without unused-function warnings. */
 #ifndef ATTNCTL_TEST_UTIL_H
 #define ATTNCTL_TEST_UTIL_H
@@ -12,6 +12,9 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "attnctl/io.h"
+#include "attnctl/train.h"
 
 /* nftw callback removing each entry (children first with FTW_DEPTH). */
 static inline int remove_entry(const char *path, const struct stat *sb, int flag,
@@ -83,6 +86,26 @@ static inline int run_stderr(const char *cmd, char **err_text)
     remove(path);
     *err_text = text;
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* model_dir holds a model refitted on every row (training.refit): its
+ * config.json says refit 1 and no validation share, and nothing is left of
+ * the second run's directory. Returns the refit's epochs. */
+static inline int assert_refitted(const char *model_dir)
+{
+    ac_config cfg;
+    ac_config_defaults(&cfg);
+    ac_err e;
+    ck_assert_msg(ac_model_dir_load_config(&cfg, model_dir, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(cfg.training.refit, 1);
+    ck_assert(cfg.training.val_split == 0.0);
+    const int epochs = cfg.training.epochs;
+    ck_assert_int_ge(epochs, 1);
+    ac_config_free(&cfg);
+    char *left = test_path(model_dir, AC_REFIT_SUBDIR);
+    ck_assert_msg(access(left, F_OK) != 0, "%s is left", left);
+    free(left);
+    return epochs;
 }
 
 #endif
