@@ -347,9 +347,7 @@ START_TEST(test_cli)
     ck_assert_msg(!strstr(err, "--epochs 4") && !strstr(err, "--members 3"), "%s", err);
     free(cmd);
     free(err);
-    char *tj = test_path(out, AC_AUTOTUNE_FILE);
-    ck_assert_int_eq(access(tj, F_OK), 0);
-    free(tj);
+    assert_file_in(out, AC_AUTOTUNE_FILE);
 
     /* --epochs auto is --epochs left out: searched (the options' last
      * --epochs is the one that counts). */
@@ -402,10 +400,8 @@ START_TEST(test_cli_refits_the_best)
     ck_assert_msg(strstr(err, "training again from the start on every row"), "%s", err);
     free(cmd);
     free(err);
-    assert_refitted(out);
-    char *tj = test_path(out, AC_AUTOTUNE_FILE);
-    ck_assert_int_eq(access(tj, F_OK), 0);
-    free(tj);
+    assert_trained_as(out, 1, 0.0);
+    assert_file_in(out, AC_AUTOTUNE_FILE);
 
     /* Its config.json trains the same model bit for bit. */
     char *config = test_path(out, "config.json");
@@ -433,13 +429,7 @@ START_TEST(test_cli_refits_the_best)
     ck_assert_msg(!strstr(err, "training again"), "%s", err);
     free(cmd);
     free(err);
-    ac_config cfg;
-    ac_config_defaults(&cfg);
-    ac_err e;
-    ck_assert_msg(ac_model_dir_load_config(&cfg, kept, &e) == 0, "%s", e.msg);
-    ck_assert_int_eq(cfg.training.refit, 0);
-    ck_assert(cfg.training.val_split == 0.25);
-    ac_config_free(&cfg);
+    assert_trained_as(kept, 0, 0.25);
     rm_rf(dir);
     free(out);
     free(kept);
@@ -484,11 +474,8 @@ START_TEST(test_cli_sigint)
     int n = count_entries(dir);
     ck_assert_int_le(n, 1);
     if (n == 1) {
-        char *model = test_path(out, "model.safetensors"), *tj = test_path(out, AC_AUTOTUNE_FILE);
-        ck_assert_int_eq(access(model, F_OK), 0);
-        ck_assert_int_eq(access(tj, F_OK), 0);
-        free(model);
-        free(tj);
+        assert_file_in(out, "model.safetensors");
+        assert_file_in(out, AC_AUTOTUNE_FILE);
     }
     rm_rf(dir);
     free(out);

@@ -1,6 +1,6 @@
 /* Helpers shared by the test suites: scratch directories, the binary under
- * test, a clock and what a refitted model directory holds. Static inline, so that a suite using only some of them
- * builds without unused-function warnings. */
+ * test, a clock and checks of a model directory. Static inline, so that a
+ * suite using only some of them builds without unused-function warnings. */
 #ifndef ATTNCTL_TEST_UTIL_H
 #define ATTNCTL_TEST_UTIL_H
 
@@ -88,17 +88,27 @@ static inline int run_stderr(const char *cmd, char **err_text)
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-/* model_dir holds a model refitted on every row (training.refit): its
- * config.json says refit 1 and no validation share, and nothing is left of
- * the second run's directory. Returns the refit's epochs. */
-static inline int assert_refitted(const char *model_dir)
+/* dir/name exists. */
+static inline void assert_file_in(const char *dir, const char *name)
+{
+    char *path = test_path(dir, name);
+    ck_assert_msg(access(path, F_OK) == 0, "%s is missing", path);
+    free(path);
+}
+
+/* model_dir's config.json says how the model was trained: training.refit
+ * `refit` (1: refitted on every row) and the validation share `val_split`
+ * (0 after a refit); nothing is left of a refit's second run. Returns the
+ * epochs it records. */
+static inline int assert_trained_as(const char *model_dir, int refit, double val_split)
 {
     ac_config cfg;
     ac_config_defaults(&cfg);
     ac_err e;
     ck_assert_msg(ac_model_dir_load_config(&cfg, model_dir, &e) == 0, "%s", e.msg);
-    ck_assert_int_eq(cfg.training.refit, 1);
-    ck_assert(cfg.training.val_split == 0.0);
+    ck_assert_int_eq(cfg.training.refit, refit);
+    ck_assert_msg(cfg.training.val_split == val_split, "val_split %g, expected %g",
+                  cfg.training.val_split, val_split);
     const int epochs = cfg.training.epochs;
     ck_assert_int_ge(epochs, 1);
     ac_config_free(&cfg);
