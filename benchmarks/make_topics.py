@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A stand-in that is not sentiment: six topics of one-line texts, from Debian's package index.
 
-    make_topics.py OUT.csv [--packages FILE] [--seed 1] [--per-class 1000]
+    make_topics.py OUT.csv [--packages FILE] [--seed 1] [--per-class 1000] [--all]
 
 Every stand-in of make_standins.py is cut from IMDB, so all of them are movie sentiment. The
 user's own data may be anything else: support tickets by team, questions by type, products by
@@ -16,7 +16,9 @@ Only the description is kept, never the package's name. Descriptions are mostly 
 like the issue's six-class question set. Texts that repeat (compared lower-cased, white space
 squeezed; many packages share a description) are kept once, and a text found in two sections
 is dropped. Then, in a seeded random order, at most --per-class rows of each section (the
-smallest sections have fewer), shuffled. Columns text,label.
+smallest sections have fewer), shuffled. Columns text,label. --all takes every section with at
+least 100 distinct descriptions as a label instead (about 50: libs, python, games, ...): a set
+of many classes, some of them hard to tell apart.
 
 --packages: an uncompressed Packages file; by default the largest index under
 /var/lib/apt/lists (run `apt-get update` first), decompressed with apt's own helper. The same
@@ -58,6 +60,7 @@ def main(argv=None):
     ap.add_argument("--packages", default=None)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--per-class", type=int, default=1000)
+    ap.add_argument("--all", action="store_true", help="every section of 100+ texts a label")
     a = ap.parse_args(argv)
 
     sections_of = {}
@@ -69,20 +72,21 @@ def main(argv=None):
                 section = line[9:].strip().split("/")[-1]
             elif line.startswith("Description: "):
                 description = line[13:].strip()
-        if section not in SECTIONS or not description:
+        if (section not in SECTIONS and not (a.all and section)) or not description:
             continue
         k = key(description)
         sections_of.setdefault(k, set()).add(section)
         first.setdefault(k, description)
 
-    by_section = {s: [] for s in SECTIONS}
+    by_section = {}
     for k in sorted(first):
         if len(sections_of[k]) == 1:
-            by_section[next(iter(sections_of[k]))].append(first[k])
+            by_section.setdefault(next(iter(sections_of[k])), []).append(first[k])
+    sections = sorted(s for s in by_section if len(by_section[s]) >= 100) if a.all else SECTIONS
     rng = random.Random(a.seed)
     rows = []
-    for s in SECTIONS:
-        texts = by_section[s]
+    for s in sections:
+        texts = by_section.get(s, [])
         rng.shuffle(texts)
         rows += [(t, s) for t in texts[: a.per_class]]
     rng.shuffle(rows)
@@ -90,7 +94,7 @@ def main(argv=None):
         w = csv.writer(f)
         w.writerow(["text", "label"])
         w.writerows(rows)
-    counts = {s: sum(1 for _, l in rows if l == s) for s in SECTIONS}
+    counts = {s: sum(1 for _, l in rows if l == s) for s in sections}
     print(f"{a.out}: {len(rows)} rows, " + ", ".join(f"{s} {n}" for s, n in counts.items()))
 
 
