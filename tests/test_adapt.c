@@ -30,6 +30,7 @@ static void all_auto(ac_train_config *tc, ac_model_config *mc)
     ck_assert(tc->wide_nb == AC_AUTO);
     ck_assert(tc->min_count == AC_AUTO);
     ck_assert_int_eq(mc->wide_order, AC_WIDE_ORDER_AUTO);
+    ck_assert_int_eq(mc->wide_buckets, AC_WIDE_BUCKETS_AUTO);
     ck_assert_int_eq(tc->refit, AC_AUTO);
     ck_assert(tc->crop_frac == 0.5); /* not left to the data */
 }
@@ -43,6 +44,7 @@ static void assert_long(const ac_train_config *tc, const ac_model_config *mc)
     ck_assert(tc->wide_nb == 0.0f);
     ck_assert(tc->min_count == 2);
     ck_assert_int_eq(mc->wide_order, 3);
+    ck_assert_int_eq(mc->wide_buckets, AC_ADAPT_WIDE_BUCKETS);
 }
 
 static void assert_short(const ac_train_config *tc, const ac_model_config *mc)
@@ -53,6 +55,7 @@ static void assert_short(const ac_train_config *tc, const ac_model_config *mc)
     ck_assert(tc->wide_nb == 0.25f);
     ck_assert(tc->min_count == 1);
     ck_assert_int_eq(mc->wide_order, 2);
+    ck_assert_int_eq(mc->wide_buckets, AC_ADAPT_WIDE_BUCKETS);
 }
 
 START_TEST(test_short_texts)
@@ -134,7 +137,8 @@ START_TEST(test_explicit_values_win)
     tc.wide_nb = 0.0f; /* off, given */
     tc.min_count = 5;
     mc.wide_order = 1;
-    ac_adapt_data d = {.median_tokens = 11, .labelled = 1};
+    mc.wide_buckets = 4194304;
+    ac_adapt_data d = {.median_tokens = 11, .labelled = 1, .n_classes = 50};
     char said[256];
     ac_train_adapt(&tc, &mc, &d, said, sizeof said);
     ck_assert_int_eq(tc.epochs, 3);
@@ -142,6 +146,7 @@ START_TEST(test_explicit_values_win)
     ck_assert(tc.wide_nb == 0.0f);
     ck_assert(tc.min_count == 5);
     ck_assert_int_eq(mc.wide_order, 1);
+    ck_assert_int_eq(mc.wide_buckets, 4194304); /* given: not cut for 50 classes */
     ck_assert(tc.ema == 0.99f);
     /* only what was chosen */
     ck_assert_str_eq(said,
@@ -210,7 +215,55 @@ START_TEST(test_pretraining_takes_the_fixed_values)
     ck_assert(tc.wide_nb == 0.0f);
     ck_assert(tc.min_count == 2);
     ck_assert_int_eq(mc.wide_order, 0);
+    ck_assert_int_eq(mc.wide_buckets, AC_ADAPT_WIDE_BUCKETS);
     ck_assert_str_eq(said, "");
+}
+END_TEST
+
+/* The wide table's rows: 4,194,304 up to 8 classes, then halved until the
+ * table holds at most 2^25 weights, long texts or short; said when the
+ * classes cut it. */
+START_TEST(test_wide_rows_follow_the_classes)
+{
+    static const struct {
+        int classes, rows;
+    } cases[] = {{2, 4194304}, {6, 4194304}, {8, 4194304}, {9, 2097152},
+                 {26, 1048576}, {50, 524288}, {100, 262144}, {1000, 32768}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        for (int median = 14; median <= 140; median += 126) {
+            ac_train_config tc;
+            ac_model_config mc;
+            all_auto(&tc, &mc);
+            ac_adapt_data d = {.median_tokens = median, .labelled = 1,
+                               .n_classes = cases[k].classes};
+            char said[320], want[96];
+            ac_train_adapt(&tc, &mc, &d, said, sizeof said);
+            ck_assert_int_eq(mc.wide_buckets, cases[k].rows);
+            ck_assert((long long)mc.wide_buckets * cases[k].classes <= AC_ADAPT_WIDE_WEIGHTS);
+            snprintf(want, sizeof want, "wide path of word n-grams up to %d, wide table of %d "
+                     "rows for %d classes, ", median < 64 ? 2 : 3, cases[k].rows,
+                     cases[k].classes);
+            if (cases[k].rows < AC_ADAPT_WIDE_BUCKETS)
+                ck_assert_msg(strstr(said, want), "%s", said);
+            else
+                ck_assert_msg(!strstr(said, "rows"), "%s", said);
+        }
+    ac_train_config tc;
+    ac_model_config mc;
+    all_auto(&tc, &mc);
+    mc.wide_order = 2; /* given */
+    ac_adapt_data d = {.median_tokens = 14, .labelled = 1, .n_classes = 26};
+    char said[320];
+    ac_train_adapt(&tc, &mc, &d, said, sizeof said);
+    ck_assert_int_eq(mc.wide_buckets, 1048576);
+    ck_assert_msg(strstr(said, "1 member, vocabulary min count 1, wide table of 1048576 rows for "
+                                 "26 classes, wide path from naive Bayes"),
+                  "%s", said);
+    all_auto(&tc, &mc);
+    mc.wide_order = 0; /* no wide path: the rows are set, not said */
+    ac_train_adapt(&tc, &mc, &d, said, sizeof said);
+    ck_assert_int_eq(mc.wide_buckets, 1048576);
+    ck_assert_msg(!strstr(said, "rows"), "%s", said);
 }
 END_TEST
 
@@ -230,6 +283,7 @@ START_TEST(test_config_auto)
     ck_assert_ptr_nonnull(strstr(out, "\"epochs\": 6"));
     ck_assert_ptr_nonnull(strstr(out, "\"min_count\": \"auto\""));
     ck_assert_ptr_nonnull(strstr(out, "\"wide_order\": \"auto\""));
+    ck_assert_ptr_nonnull(strstr(out, "\"wide_buckets\": \"auto\""));
     free(out);
     ac_config_free(&c);
 
@@ -256,6 +310,11 @@ START_TEST(test_config_auto)
     ac_model m;
     ck_assert_int_ne(ac_model_create(&m, &c.model, &err), 0);
     ck_assert_msg(strstr(err.msg, "model.wide_order") && strstr(err.msg, "auto"), "%s", err.msg);
+    c.model.wide_order = 2;
+    ck_assert_msg(ac_model_config_validate(&c.model, &err) == 0, "%s", err.msg);
+    ck_assert_int_ne(ac_model_create(&m, &c.model, &err), 0);
+    ck_assert_msg(strstr(err.msg, "model.wide_buckets") && strstr(err.msg, "auto"), "%s",
+                  err.msg);
     ac_config_free(&c);
 }
 END_TEST
@@ -508,6 +567,7 @@ int main(void)
     tcase_add_test(tc, test_explicit_values_win);
     tcase_add_test(tc, test_refit_rule);
     tcase_add_test(tc, test_pretraining_takes_the_fixed_values);
+    tcase_add_test(tc, test_wide_rows_follow_the_classes);
     tcase_add_test(tc, test_config_auto);
     tcase_add_test(tc, test_cli_short_csv);
     tcase_add_test(tc, test_cli_refit);

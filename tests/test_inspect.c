@@ -126,6 +126,7 @@ static void make_model(const char *dir, const model_spec *spec)
     cfg.model.d_ff = 32;
     cfg.model.n_layers = spec->n_layers;
     cfg.model.wide_order = 3; /* what a training run on long texts chooses */
+    cfg.model.wide_buckets = 4194304; /* and for two classes */
     cfg.model.n_classes = 2;
     cfg.model.pooling = spec->pooling;
     cfg.model.dropout = 0.1f;

@@ -1136,6 +1136,7 @@ START_TEST(test_config_of_version_0_1_loads)
     c.training.wide_nb = 0.0f;
     c.training.min_count = 2;
     c.model.wide_order = 3;
+    c.model.wide_buckets = 4194304;
     set_labels(&c, TWO_LABELS, 2);
     char *text = ac_config_to_json(&c);
     static const char *const added[] = {
@@ -1530,6 +1531,7 @@ START_TEST(test_modeldir_masked_lm)
     s.cfg.model.objective = AC_OBJECTIVE_MASKED_LM;
     s.cfg.model.n_classes = 0;
     s.cfg.model.wide_order = 0;
+    s.cfg.model.wide_buckets = 0;
     s.cfg.model.ngram_order = 2;
     s.cfg.model.ngram_buckets = 16;
     ck_assert_msg(ac_vocab_load(&s.vocab, vpath, &err) == 0, "%s", err.msg);

@@ -56,8 +56,8 @@ typedef struct {
     /* The wide path (classifiers): a weight per class for each distinct hashed
      * n-gram of n = 1..wide_order, summed into the logits (head.wide.weight,
      * [wide_buckets, C]); 0: none. */
-    int wide_order; /* or AC_WIDE_ORDER_AUTO before a training run chooses it */
-    int wide_buckets;
+    int wide_order;   /* or AC_WIDE_ORDER_AUTO before a training run chooses it */
+    int wide_buckets; /* or AC_WIDE_BUCKETS_AUTO, the same */
     /* The wide path's sum is scaled by (AC_WIDE_NORM_REF / n)^wide_norm for a
      * text of n distinct n-grams (see wide_forward); 0: the plain sum. */
     float wide_norm;
@@ -71,6 +71,8 @@ typedef struct {
  * same value as AC_AUTO of attnctl/train_config.h): valid in a
  * configuration, never in a model (ac_model_create). */
 #define AC_WIDE_ORDER_AUTO (-1)
+/* model.wide_buckets left to the training data, in the same way. */
+#define AC_WIDE_BUCKETS_AUTO (-1)
 
 /* n-gram table in use */
 static inline int ac_model_has_ngrams(const ac_model_config *c)

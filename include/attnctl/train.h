@@ -170,12 +170,14 @@ typedef struct {
 int ac_train_init_config(ac_config *cfg, const char *init_dir, ac_err *err);
 
 /* What the settings left to the data (AC_AUTO in training.epochs, ema,
- * members, wide_nb, min_count, refit and model.wide_order) are chosen from: the
- * training rows after the validation split, tokenised and truncated to
- * model.max_len, before the vocabulary is built. */
+ * members, wide_nb, min_count, refit, model.wide_order and wide_buckets) are
+ * chosen from: the training rows after the validation split, tokenised and
+ * truncated to model.max_len, before the vocabulary is built, and their
+ * number of classes. */
 typedef struct {
     int64_t median_tokens; /* tokens of the median row */
     int labelled;          /* 0: pretraining, which takes the fixed values */
+    int n_classes;         /* the training rows' classes */
     int can_refit;         /* the validation rows were split from the training rows:
                               training.refit may be 1 */
 } ac_adapt_data;
@@ -207,6 +209,11 @@ void ac_train_adapt_to_long_texts(ac_train_config *tc, ac_model_config *mc);
 #define AC_ADAPT_SHORT_EMA 0.99f
 #define AC_ADAPT_LONG_REFIT 0
 #define AC_ADAPT_SHORT_REFIT 1
+/* The wide table: AC_ADAPT_WIDE_BUCKETS rows, or, when the classes would
+ * make it hold more than AC_ADAPT_WIDE_WEIGHTS weights, the largest power of
+ * two of rows that does not (whatever the texts' length). */
+#define AC_ADAPT_WIDE_BUCKETS 4194304
+#define AC_ADAPT_WIDE_WEIGHTS 33554432
 
 typedef enum {
     AC_TRAIN_FINISHED = 0,      /* all epochs done */

@@ -134,6 +134,13 @@ AUTO_RULE(wide_nb_auto, (double)AC_ADAPT_LONG_WIDE_NB, (double)AC_ADAPT_SHORT_WI
 AUTO_RULE(wide_auto, AC_ADAPT_LONG_WIDE_ORDER, AC_ADAPT_SHORT_WIDE_ORDER)
 AUTO_RULE(min_count_auto, AC_ADAPT_LONG_MIN_COUNT, AC_ADAPT_SHORT_MIN_COUNT)
 AUTO_RULE(refit_auto, AC_ADAPT_LONG_REFIT, AC_ADAPT_SHORT_REFIT)
+static void wide_buckets_auto(char *out, size_t n)
+{
+    snprintf(out, n, "auto: %d, or fewer past %d classes, so that the" MORE
+                     "table holds at most %d weights",
+             AC_ADAPT_WIDE_BUCKETS, AC_ADAPT_WIDE_WEIGHTS / AC_ADAPT_WIDE_BUCKETS,
+             AC_ADAPT_WIDE_WEIGHTS);
+}
 
 /* In the order of the help, section by section. */
 static const option_spec OPTIONS[] = {
@@ -311,7 +318,7 @@ static const option_spec OPTIONS[] = {
                 "hashed word n-gram up to length N, added to the" MORE "logits; 0: none [{}]",
         .note = wide_auto),
     SET("wide-buckets", "model.wide_buckets", TRAIN_ONLY, .section = S_MODEL,
-        .text = "rows of the wide path's hashed table [{}]"),
+        .text = "rows of the wide path's hashed table [{}]", .note = wide_buckets_auto),
     SET("wide-norm", "model.wide_norm", TRAIN_ONLY, .section = S_MODEL,
         .text = "the wide path's sum times (" STR(AC_WIDE_NORM_REF) " / max(n, " STR(
                     AC_WIDE_NORM_FLOOR) "))^X for a" MORE

@@ -15,6 +15,7 @@
 #include <utf8proc.h>
 
 _Static_assert(AC_WIDE_ORDER_AUTO == AC_AUTO, "model.wide_order's \"auto\" is the others'");
+_Static_assert(AC_WIDE_BUCKETS_AUTO == AC_AUTO, "model.wide_buckets' \"auto\" is the others'");
 
 #define MAX_CONFIG_BYTES ((size_t)16 << 20)
 #define MAX_EXACT_INT 9007199254740992.0 /* 2^53 */
@@ -39,7 +40,7 @@ void ac_config_defaults(ac_config *c)
         .ngram_order = 1, /* the wide path carries the n-grams */
         .ngram_buckets = 262144, /* the table's rows once --ngrams is 2 or 3 */
         .wide_order = AC_WIDE_ORDER_AUTO, /* from the data: see src/train/adapt.c */
-        .wide_buckets = 4194304,
+        .wide_buckets = AC_WIDE_BUCKETS_AUTO, /* from the classes: src/train/adapt.c */
         .wide_norm = 0.5f,
         .temperature = 1.0f,
     };
@@ -191,7 +192,7 @@ static const key_spec MODEL_KEYS[] = {
     {"ngram_buckets", K_INT, AT(model.ngram_buckets), 0, 16777216, SINCE_0_2, 0},
     {"ngram_hash", K_NGRAM_HASH, 0, 0, 0, SINCE_0_2, 0},
     {"wide_order", K_INT, AT(model.wide_order), 0, 3, SINCE_0_2 | AUTO, 0},
-    {"wide_buckets", K_INT, AT(model.wide_buckets), 0, 16777216, SINCE_0_2, 0},
+    {"wide_buckets", K_INT, AT(model.wide_buckets), 0, 16777216, SINCE_0_2 | AUTO, 0},
     {"wide_hash", K_WIDE_HASH, 0, 0, 0, SINCE_0_2, 0},
     {"wide_norm", K_FLOAT, AT(model.wide_norm), 0, 1, SINCE_0_2, 0},
     {"temperature", K_FLOAT, AT(model.temperature), 0, 1000, LO_OPEN | SINCE_0_2, 0},

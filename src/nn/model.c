@@ -145,11 +145,12 @@ int ac_model_config_validate(const ac_model_config *cfg, ac_err *err)
         return -1;
     if ((cfg->wide_order != AC_WIDE_ORDER_AUTO &&
          check_range("wide_order", cfg->wide_order, 0, 3, err)) ||
-        check_range("wide_buckets", cfg->wide_buckets, 0, MAX_NGRAM_BUCKETS, err))
+        (cfg->wide_buckets != AC_WIDE_BUCKETS_AUTO &&
+         check_range("wide_buckets", cfg->wide_buckets, 0, MAX_NGRAM_BUCKETS, err)))
         return -1;
     if (!(cfg->wide_norm >= 0.0f && cfg->wide_norm <= 1.0f))
         return ac_err_set(err, "model.wide_norm: must be in [0, 1] (got %g)", (double)cfg->wide_norm);
-    if (cfg->wide_order >= 1 && cfg->wide_buckets < 1)
+    if (cfg->wide_order >= 1 && cfg->wide_buckets != AC_WIDE_BUCKETS_AUTO && cfg->wide_buckets < 1)
         return ac_err_set(err, "model.wide_buckets: must be at least 1 with wide_order %d",
                           cfg->wide_order);
     if (cfg->ngram_order >= 2 && cfg->ngram_buckets < 1)
@@ -280,6 +281,9 @@ int ac_model_create(ac_model *m, const ac_model_config *cfg, ac_err *err)
     if (cfg->wide_order == AC_WIDE_ORDER_AUTO)
         return ac_err_set(err, "model.wide_order: \"auto\" is chosen by training; a model needs "
                                "a number from 0 to 3");
+    if (cfg->wide_buckets == AC_WIDE_BUCKETS_AUTO)
+        return ac_err_set(err, "model.wide_buckets: \"auto\" is chosen by training; a model "
+                               "needs a number");
     m->cfg = *cfg;
     int max_tensors = 5 + 13 * cfg->n_layers + 3;
     m->table = calloc((size_t)max_tensors, sizeof *m->table);

@@ -26,7 +26,15 @@
  *     model is trained again on every row, validation rows included. A
  *     tenth more rows is worth +0.4 to +0.8 points on a few thousand rows;
  *     on IMDB it would double a long training for little.
- * Crops stay: turning them off on short texts was level on those sets. */
+ * Crops stay: turning them off on short texts was level on those sets.
+ *
+ * One setting follows the number of classes instead: the wide table holds
+ * a weight per class in each of its 4,194,304 rows, 16 MiB a class, kept
+ * four or five times over in training (gradients, AdamW's moments, the
+ * weight average). Past 8 classes it has fewer rows, so that it never
+ * holds more than 2^25 weights: 26 classes would otherwise make a 440 MB
+ * model and take 2.7 GB to train. Short sets have far fewer distinct
+ * n-grams than rows even then (benchmarks/EXPERIMENTS.md, "Many classes"). */
 #include <stdio.h>
 #include <string.h>
 
@@ -35,9 +43,22 @@
 /* A setting's two values: the IMDB recipe's, and short texts'. */
 #define PICK(is_short, name) ((is_short) ? AC_ADAPT_SHORT_##name : AC_ADAPT_LONG_##name)
 
+/* The largest power of two of rows, at most AC_ADAPT_WIDE_BUCKETS, with
+ * rows x classes <= AC_ADAPT_WIDE_WEIGHTS. */
+static int wide_buckets_for(int n_classes)
+{
+    int rows = AC_ADAPT_WIDE_BUCKETS;
+    while (rows > 1 && (long long)rows * (n_classes > 1 ? n_classes : 1) > AC_ADAPT_WIDE_WEIGHTS)
+        rows /= 2;
+    return rows;
+}
+
 void ac_train_adapt_to_long_texts(ac_train_config *tc, ac_model_config *mc)
 {
-    ac_adapt_data d = {.median_tokens = tc->crop_max, .labelled = 1, .can_refit = 1};
+    ac_adapt_data d = {.median_tokens = tc->crop_max,
+                       .labelled = 1,
+                       .n_classes = mc->n_classes,
+                       .can_refit = 1};
     char said[8];
     ac_train_adapt(tc, mc, &d, said, sizeof said);
 }
@@ -65,6 +86,8 @@ void ac_train_adapt(ac_train_config *tc, ac_model_config *mc, const ac_adapt_dat
             tc->refit = 0;
         if (mc->wide_order == AC_WIDE_ORDER_AUTO)
             mc->wide_order = 0;
+        if (mc->wide_buckets == AC_WIDE_BUCKETS_AUTO)
+            mc->wide_buckets = AC_ADAPT_WIDE_BUCKETS; /* unused: no classifier's head */
         return;
     }
     const int is_short = d->median_tokens < tc->crop_max;
@@ -92,11 +115,16 @@ void ac_train_adapt(ac_train_config *tc, ac_model_config *mc, const ac_adapt_dat
         tc->min_count = PICK(is_short, MIN_COUNT);
         SAY("vocabulary min count %lld", (long long)tc->min_count);
     }
+    const int buckets_auto = mc->wide_buckets == AC_WIDE_BUCKETS_AUTO;
+    if (buckets_auto)
+        mc->wide_buckets = wide_buckets_for(d->n_classes);
     if (mc->wide_order == AC_WIDE_ORDER_AUTO && mc->wide_buckets > 0) {
         mc->wide_order = PICK(is_short, WIDE_ORDER);
         SAY("wide path of word n-grams up to %d", mc->wide_order);
     }
     const int has_wide = mc->wide_order >= 1 && mc->wide_buckets > 0;
+    if (buckets_auto && has_wide && mc->wide_buckets < AC_ADAPT_WIDE_BUCKETS)
+        SAY("wide table of %d rows for %d classes", mc->wide_buckets, d->n_classes);
     if (tc->wide_nb == AC_AUTO && !has_wide)
         tc->wide_nb = 0.0f; /* nothing to start: not worth a word */
     if (tc->wide_nb == AC_AUTO) {

@@ -200,6 +200,7 @@ static int adapt_to_data(trainer *t, ac_err *err)
 {
     ac_adapt_data d = {.median_tokens = 0,
                        .labelled = t->obj->labelled,
+                       .n_classes = t->obj->labelled ? t->opt->train->n_classes : 0,
                        .can_refit = !t->opt->val && t->n_val > 0};
     if (d.labelled && t->n_train > 0) {
         const ac_rawdata *raw = t->opt->train;
@@ -347,7 +348,8 @@ static int setup_resume(trainer *t, ac_err *err)
     const ac_train_config *tc = &t->cfg.training;
     if (tc->epochs == AC_AUTO || tc->ema == AC_AUTO || tc->members == AC_AUTO ||
         tc->wide_nb == AC_AUTO || tc->min_count == AC_AUTO ||
-        t->cfg.model.wide_order == AC_WIDE_ORDER_AUTO)
+        t->cfg.model.wide_order == AC_WIDE_ORDER_AUTO ||
+        t->cfg.model.wide_buckets == AC_WIDE_BUCKETS_AUTO)
         return ac_err_set(err, "resume: %s/config.json: a training setting is \"auto\" (a run "
                                "records the values it chose)",
                           t->ckpt_dir);

@@ -74,7 +74,7 @@ typedef struct {
     ac_metric_point *points;
     int n_points, cap_points;
     char *ckpt_dir, *metrics_path, *svg_path, *calibration_path;
-    char adapted[256]; /* fresh run: the settings chosen from the data (ac_train_adapt) */
+    char adapted[320]; /* fresh run: the settings chosen from the data (ac_train_adapt) */
     double elapsed_base; /* elapsed_s of earlier sessions (last kept evaluation) */
     size_t memory_bytes;
     int model_saved;
