@@ -94,9 +94,10 @@ typedef struct {
     int max_len;
     int n_layers, n_heads;
     ac_truncation truncation;
+    int n_classes; /* 0: two, "negative" and "positive"; else c0, c1, ... */
 } model_spec;
 
-static const model_spec MAX2x2 = {AC_POOL_MAX, 32, 2, 2, AC_TRUNC_HEAD};
+static const model_spec MAX2x2 = {AC_POOL_MAX, 32, 2, 2, AC_TRUNC_HEAD, 0};
 
 /* Writes a random model into DIR (and a source vocab file next to it). The
  * query and key projections are scaled up so that attention is far from
@@ -127,16 +128,20 @@ static void make_model(const char *dir, const model_spec *spec)
     cfg.model.n_layers = spec->n_layers;
     cfg.model.wide_order = 3; /* what a training run on long texts chooses */
     cfg.model.wide_buckets = 4194304; /* and for two classes */
-    cfg.model.n_classes = 2;
+    const int C = spec->n_classes ? spec->n_classes : 2;
+    cfg.model.n_classes = C;
     cfg.model.pooling = spec->pooling;
     cfg.model.dropout = 0.1f;
     cfg.tokenizer.truncation = spec->truncation;
     cfg.training.vocab_max = vocab.size;
-    cfg.n_labels = 2;
-    cfg.labels = calloc(2, sizeof *cfg.labels);
+    cfg.n_labels = C;
+    cfg.labels = calloc((size_t)C, sizeof *cfg.labels);
     ck_assert_ptr_nonnull(cfg.labels);
-    cfg.labels[0] = strdup("negative");
-    cfg.labels[1] = strdup("positive");
+    for (int c = 0; c < C; c++) {
+        char name[16];
+        snprintf(name, sizeof name, "c%d", c);
+        cfg.labels[c] = strdup(spec->n_classes ? name : c ? "positive" : "negative");
+    }
     ck_assert_msg(ac_model_create(&model, &cfg.model, &err) == 0, "%s", err.msg);
     ac_model_init_weights(&model, 20240501);
     for (int l = 0; l < spec->n_layers; l++)
@@ -144,7 +149,7 @@ static void make_model(const char *dir, const model_spec *spec)
             model.p.layers[l].q_w[i] *= 15.0f;
             model.p.layers[l].k_w[i] *= 15.0f;
         }
-    for (int i = 0; i < 2 * D_MODEL; i++) /* a head that does not always say 50/50 */
+    for (int i = 0; i < C * D_MODEL; i++) /* a head that does not always say 50/50 */
         model.p.head_w[i] *= 40.0f;
     ck_assert_msg(ac_model_dir_save(dir, &cfg, &vocab, &model, NULL, NULL, NULL, &err) == 0, "%s",
                   err.msg);
@@ -568,8 +573,8 @@ START_TEST(test_pooled_weights_mean_and_cls)
     scratch_dir(dir, sizeof dir, "pooling");
     join(mean_model, sizeof mean_model, dir, "mean");
     join(cls_model, sizeof cls_model, dir, "cls");
-    model_spec mean_spec = {AC_POOL_MEAN, 32, 2, 4, AC_TRUNC_HEAD};
-    model_spec cls_spec = {AC_POOL_CLS, 32, 1, 2, AC_TRUNC_HEAD};
+    model_spec mean_spec = {AC_POOL_MEAN, 32, 2, 4, AC_TRUNC_HEAD, 0};
+    model_spec cls_spec = {AC_POOL_CLS, 32, 1, 2, AC_TRUNC_HEAD, 0};
     make_model(mean_model, &mean_spec);
     make_model(cls_model, &cls_spec);
     const char *text = "a terrible story , but fun acting !";
@@ -625,7 +630,7 @@ START_TEST(test_truncation_alignment)
         char model[400], name[32];
         snprintf(name, sizeof name, "model-%s", ac_truncation_name(modes[m]));
         join(model, sizeof model, dir, name);
-        model_spec spec = {AC_POOL_MAX, 20, 1, 2, modes[m]};
+        model_spec spec = {AC_POOL_MAX, 20, 1, 2, modes[m], 0};
         make_model(model, &spec);
         run_result r;
         run_inspect(&r, dir, (const char *const[]){"--model", model, "--format", "json", "--", text, NULL}, NULL, NO_ENV);
@@ -732,6 +737,72 @@ START_TEST(test_text_format_colour_on_terminal)
     ck_assert_ptr_null(strchr(out, '\x1b'));
     ck_assert_ptr_nonnull(strstr(out, "great("));
     free(out);
+}
+END_TEST
+
+/* Past six classes the text, SVG and HTML views list the six most probable,
+ * most probable first, and the rest as one figure; the JSON keeps all. */
+START_TEST(test_many_classes_listed)
+{
+    enum { C = 9 };
+    char dir[300], model[400];
+    scratch_dir(dir, sizeof dir, "classes");
+    join(model, sizeof model, dir, "model");
+    model_spec spec = MAX2x2;
+    spec.n_classes = C;
+    make_model(model, &spec);
+    const char *text = "This movie was great, and the acting was superb!";
+    run_result rj;
+    run_inspect(&rj, dir, (const char *const[]){"--model", model, "--format", "json", text, NULL},
+                NULL, NO_ENV);
+    cJSON *j = parse_json_output(&rj);
+    const cJSON *probs = get(j, "probabilities");
+    ck_assert_int_eq(cJSON_GetArraySize(probs), C);
+    double p[C];
+    int order[C];
+    for (int c = 0; c < C; c++) {
+        p[c] = cJSON_GetArrayItem(probs, c)->valuedouble;
+        order[c] = c;
+    }
+    for (int a = 0; a < C; a++) /* by probability, ties by index */
+        for (int b = a + 1; b < C; b++)
+            if (p[order[b]] > p[order[a]] ||
+                (p[order[b]] == p[order[a]] && order[b] < order[a])) {
+                int t = order[a];
+                order[a] = order[b];
+                order[b] = t;
+            }
+    char want[512];
+    int used = snprintf(want, sizeof want, "label: c%d (", order[0]);
+    for (int k = 0; k < 6; k++)
+        used += snprintf(want + used, sizeof want - (size_t)used, "%sc%d %.3f", k ? ", " : "",
+                         order[k], p[order[k]]);
+    snprintf(want + used, sizeof want - (size_t)used, "; 3 more classes, %.3f in all)\n",
+             p[order[6]] + p[order[7]] + p[order[8]]);
+    run_result r;
+    run_inspect(&r, dir, (const char *const[]){"--model", model, "--format", "text", text, NULL},
+                NULL, NO_ENV);
+    ck_assert_msg(r.status == 0, "%s", r.err);
+    ck_assert_msg(strncmp(r.out, want, strlen(want)) == 0, "want %s got %s", want, r.out);
+    run_result_free(&r);
+    run_inspect(&r, dir, (const char *const[]){"--model", model, "--format", "svg", text, NULL},
+                NULL, NO_ENV);
+    ck_assert_msg(r.status == 0, "%s", r.err);
+    ck_assert_ptr_nonnull(strstr(r.out, " more classes "));
+    snprintf(want, sizeof want, "c%d ", order[8]);
+    ck_assert_msg(!strstr(r.out, want), "the least probable class is listed: %s", r.out);
+    run_result_free(&r);
+    run_inspect(&r, dir, (const char *const[]){"--model", model, "--format", "html", text, NULL},
+                NULL, NO_ENV);
+    ck_assert_msg(r.status == 0, "%s", r.err);
+    ck_assert_ptr_nonnull(strstr(r.out, "<span>3 more classes</span>"));
+    snprintf(want, sizeof want, "<span>c%d</span>", order[8]);
+    ck_assert_msg(!strstr(r.out, want), "the least probable class has a bar");
+    snprintf(want, sizeof want, "<span>c%d</span><div class=\"bar pred\">", order[0]);
+    ck_assert_msg(strstr(r.out, want), "the predicted class has no bar");
+    run_result_free(&r);
+    cJSON_Delete(j);
+    run_result_free(&rj);
 }
 END_TEST
 
@@ -1031,7 +1102,7 @@ START_TEST(test_pictures_in_a_browser)
     join(html, sizeof html, dir, "maps.html");
     join(svg_png, sizeof svg_png, dir, "maps.svg.png");
     join(html_png, sizeof html_png, dir, "maps.html.png");
-    model_spec spec = {AC_POOL_MAX, 96, 2, 2, AC_TRUNC_HEAD};
+    model_spec spec = {AC_POOL_MAX, 96, 2, 2, AC_TRUNC_HEAD, 0};
     make_model(model, &spec);
     /* 84 tokens (4 x 11 + 4 x 10): the SVG draws the first 64 and says so. */
     char text[2000] = "";
@@ -1444,6 +1515,7 @@ static Suite *inspect_suite(void)
     tcase_add_test(tc, test_truncation_alignment);
     tcase_add_test(tc, test_text_format_without_colour);
     tcase_add_test(tc, test_text_format_colour_on_terminal);
+    tcase_add_test(tc, test_many_classes_listed);
     tcase_add_test(tc, test_stdin_and_out_file);
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_pictures_in_a_browser);

@@ -104,6 +104,15 @@ static inline const float *inspect_map(const inspect_view *v, int layer, int hea
 /* Largest attention value among the selected maps over the first m tokens. */
 double inspect_vmax(const inspect_view *v, int m);
 
+/* The classes the text, SVG and HTML views list: every class in its order
+ * up to INSPECT_LISTED_CLASSES, else the INSPECT_LISTED_CLASSES most
+ * probable, most probable first (ties by index). Writes their indices to
+ * listed and returns how many; *rest_prob gets the probability of the
+ * classes left out (0 when none). The JSON always holds every class. */
+#define INSPECT_LISTED_CLASSES 6
+int inspect_listed_classes(const inspect_view *v, int listed[INSPECT_LISTED_CLASSES],
+                           double *rest_prob);
+
 void render_json(ac_strbuf *out, const inspect_view *v);
 void render_svg(ac_strbuf *out, const inspect_view *v);
 void render_html(ac_strbuf *out, const inspect_view *v);

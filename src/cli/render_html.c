@@ -173,7 +173,8 @@ static void html_review(ac_strbuf *out, const inspect_view *v)
 }
 
 /* The review shaded by each token's attribution to the predicted class:
- * red toward it, blue against, white for nothing; hover for every class. */
+ * red toward it, blue against, white for nothing; hover for the listed
+ * classes' scores (every class up to INSPECT_LISTED_CLASSES). */
 static void html_attribution(ac_strbuf *out, const inspect_view *v)
 {
     const char *label = v->labels[v->predicted];
@@ -201,16 +202,20 @@ static void html_attribution(ac_strbuf *out, const inspect_view *v)
     rb_number_digits(out, amax, 3);
     ac_strbuf_puts(out, " (red: toward ");
     ac_strbuf_xml_text(out, label);
-    ac_strbuf_puts(out, "). Hover a token for its score for every class.</p>\n<div class=\"review attr\">");
+    ac_strbuf_puts(out, "). Hover a token for its score for each class listed above.</p>\n<div class=\"review attr\">");
     double sum = 0.0;
+    int listed[INSPECT_LISTED_CLASSES];
+    double rest;
+    const int shown = inspect_listed_classes(v, listed, &rest);
     for (int i = 0; i < v->n; i++) {
         double a = inspect_attr(v, i);
         sum += a;
         ac_strbuf_printf(out, "%s<span class=\"tok%s\" title=\"", i ? " " : "", v->unknown[i] ? " unk" : "");
         if (v->unknown[i])
             ac_strbuf_puts(out, "not in the vocabulary; ");
-        for (int c = 0; c < v->n_classes; c++) {
-            ac_strbuf_puts(out, c ? ", " : "");
+        for (int k = 0; k < shown; k++) {
+            const int c = listed[k];
+            ac_strbuf_puts(out, k ? ", " : "");
             ac_strbuf_xml_text(out, v->labels[c]);
             ac_strbuf_puts(out, " ");
             ac_strbuf_printf(out, "%+.3g", v->attr_scores[(size_t)c * v->n + i]);
@@ -301,7 +306,11 @@ void render_html(ac_strbuf *out, const inspect_view *v)
         rb_number_digits(out, v->probs[v->predicted], 3);
         ac_strbuf_puts(out, ".</p>\n<div class=\"probs\">\n");
     }
-    for (int c = 0; c < v->n_classes; c++) {
+    int listed[INSPECT_LISTED_CLASSES];
+    double rest = 0.0;
+    const int shown = v->n_classes ? inspect_listed_classes(v, listed, &rest) : 0;
+    for (int k = 0; k < shown; k++) {
+        const int c = listed[k];
         double p = v->probs[c];
         if (!(p >= 0.0))
             p = 0.0;
@@ -312,6 +321,13 @@ void render_html(ac_strbuf *out, const inspect_view *v)
         ac_strbuf_printf(out, "</span><div class=\"bar%s\"><span style=\"width:%d%%\"></span></div><span>",
                          c == v->predicted ? " pred" : "", (int)lround(p * 100.0));
         rb_number_digits(out, v->probs[c], 3);
+        ac_strbuf_puts(out, "</span>\n");
+    }
+    if (shown < v->n_classes) {
+        ac_strbuf_printf(out, "<span>%d more classes</span><div class=\"bar\"><span style=\"width:%d%%\">"
+                              "</span></div><span>",
+                         v->n_classes - shown, (int)lround((rest < 1.0 ? rest : 1.0) * 100.0));
+        rb_number_digits(out, rest, 3);
         ac_strbuf_puts(out, "</span>\n");
     }
     ac_strbuf_puts(out, "</div>\n");

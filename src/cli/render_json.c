@@ -123,6 +123,36 @@ const char *render_attr_name(ac_attr_method m)
     return m == AC_ATTR_IG ? "integrated gradients" : m == AC_ATTR_GRADXINPUT ? "gradient x input" : "none";
 }
 
+int inspect_listed_classes(const inspect_view *v, int listed[INSPECT_LISTED_CLASSES],
+                           double *rest_prob)
+{
+    *rest_prob = 0.0;
+    if (v->n_classes <= INSPECT_LISTED_CLASSES) {
+        for (int c = 0; c < v->n_classes; c++)
+            listed[c] = c;
+        return v->n_classes;
+    }
+    /* Selection by repeated scans: at most 6 passes over at most 1,000 classes. */
+    double total = 0.0;
+    for (int c = 0; c < v->n_classes; c++)
+        total += v->probs[c];
+    double kept = 0.0;
+    for (int k = 0; k < INSPECT_LISTED_CLASSES; k++) {
+        int best = -1;
+        for (int c = 0; c < v->n_classes; c++) {
+            int taken = 0;
+            for (int j = 0; j < k; j++)
+                taken |= listed[j] == c;
+            if (!taken && (best < 0 || v->probs[c] > v->probs[best]))
+                best = c;
+        }
+        listed[k] = best;
+        kept += v->probs[best];
+    }
+    *rest_prob = total - kept > 0.0 ? total - kept : 0.0;
+    return INSPECT_LISTED_CLASSES;
+}
+
 double inspect_attr_max(const inspect_view *v, int m)
 {
     double amax = 0.0;

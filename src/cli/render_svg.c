@@ -232,11 +232,18 @@ void render_svg(ac_strbuf *out, const inspect_view *v)
         ac_strbuf_puts(out, ")</text>\n");
     }
     ac_strbuf_printf(out, "<text x=\"%d\" y=\"48\" font-size=\"12\" fill=\"#555\">", MARGIN);
-    for (int c = 0; c < v->n_classes; c++) {
-        ac_strbuf_puts(out, c ? " \xC2\xB7 " : "");
-        ac_strbuf_xml_text(out, v->labels[c]);
+    int listed[INSPECT_LISTED_CLASSES];
+    double rest = 0.0;
+    int shown = v->n_classes ? inspect_listed_classes(v, listed, &rest) : 0;
+    for (int k = 0; k < shown; k++) {
+        ac_strbuf_puts(out, k ? " \xC2\xB7 " : "");
+        ac_strbuf_xml_text(out, v->labels[listed[k]]);
         ac_strbuf_puts(out, " ");
-        rb_number_digits(out, v->probs[c], 3);
+        rb_number_digits(out, v->probs[listed[k]], 3);
+    }
+    if (shown < v->n_classes) {
+        ac_strbuf_printf(out, " \xC2\xB7 %d more classes ", v->n_classes - shown);
+        rb_number_digits(out, rest, 3);
     }
     ac_strbuf_puts(out, " \xE2\x80\x94 rows: queries, columns: keys; each row sums to 1");
     if (m < v->n)

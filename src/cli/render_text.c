@@ -115,8 +115,14 @@ void render_text(ac_strbuf *out, const inspect_view *v, render_colour_mode colou
         ac_strbuf_puts(out, "label: ");
         ac_strbuf_puts(out, v->labels[v->predicted]);
         ac_strbuf_puts(out, " (");
-        for (int c = 0; c < v->n_classes; c++)
-            ac_strbuf_printf(out, "%s%s %.3f", c ? ", " : "", v->labels[c], v->probs[c]);
+        int listed[INSPECT_LISTED_CLASSES];
+        double rest;
+        int shown = inspect_listed_classes(v, listed, &rest);
+        for (int k = 0; k < shown; k++)
+            ac_strbuf_printf(out, "%s%s %.3f", k ? ", " : "", v->labels[listed[k]],
+                             v->probs[listed[k]]);
+        if (shown < v->n_classes)
+            ac_strbuf_printf(out, "; %d more classes, %.3f in all", v->n_classes - shown, rest);
         ac_strbuf_puts(out, ")\n");
     }
 
