@@ -20,11 +20,11 @@ files as a label instead (noun.Tops to noun.time): a set with many classes of un
 file. Standard library only.
 """
 import argparse
-import csv
 import os
-import random
-import re
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_topics import key, write_sample  # noqa: E402
 
 # WordNet's lexicographer file numbers (lexnames(5WN)) of the six labels.
 LABELS = {4: "act", 6: "artifact", 9: "cognition", 10: "communication", 18: "person", 26: "state"}
@@ -32,10 +32,6 @@ ALL_LABELS = dict(enumerate(
     ("Tops act animal artifact attribute body cognition communication event feeling food group "
      "location motive object person phenomenon plant possession process quantity relation shape "
      "state substance time").split(), start=3))
-
-
-def key(text):
-    return re.sub(r"\s+", " ", text.lower()).strip()
 
 
 def definitions(path):
@@ -76,17 +72,7 @@ def main(argv=None):
     for k in sorted(first):
         if len(labels_of[k]) == 1:
             by_label[next(iter(labels_of[k]))].append(first[k])
-    rng = random.Random(a.seed)
-    rows = []
-    for lab in labels.values():
-        texts = by_label[lab]
-        rng.shuffle(texts)
-        rows += [(t, lab) for t in texts[: a.per_class]]
-    rng.shuffle(rows)
-    with open(a.out, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(["text", "label"])
-        w.writerows(rows)
+    rows = write_sample(a.out, by_label, list(labels.values()), a.per_class, a.seed)
     counts = {lab: sum(1 for _, l in rows if l == lab) for lab in labels.values()}
     words = sorted(len(t.split()) for t, _ in rows)
     print(f"{a.out}: {len(rows)} rows, median {words[len(words) // 2]} words, "

@@ -50,6 +50,23 @@ def read_index(path):
     return out.stdout.decode("utf-8", errors="replace")
 
 
+def write_sample(path, texts_of, labels, per_class, seed):
+    """At most per_class texts of each label (texts_of[label], shuffled with seed), all rows
+    shuffled, written to path as a text,label CSV; returns the rows."""
+    rng = random.Random(seed)
+    rows = []
+    for label in labels:
+        texts = texts_of.get(label, [])
+        rng.shuffle(texts)
+        rows += [(t, label) for t in texts[:per_class]]
+    rng.shuffle(rows)
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["text", "label"])
+        w.writerows(rows)
+    return rows
+
+
 def key(text):
     return re.sub(r"\s+", " ", text.lower()).strip()
 
@@ -83,17 +100,7 @@ def main(argv=None):
         if len(sections_of[k]) == 1:
             by_section.setdefault(next(iter(sections_of[k])), []).append(first[k])
     sections = sorted(s for s in by_section if len(by_section[s]) >= 100) if a.all else SECTIONS
-    rng = random.Random(a.seed)
-    rows = []
-    for s in sections:
-        texts = by_section.get(s, [])
-        rng.shuffle(texts)
-        rows += [(t, s) for t in texts[: a.per_class]]
-    rng.shuffle(rows)
-    with open(a.out, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(["text", "label"])
-        w.writerows(rows)
+    rows = write_sample(a.out, by_section, sections, a.per_class, a.seed)
     counts = {s: sum(1 for _, l in rows if l == s) for s in sections}
     print(f"{a.out}: {len(rows)} rows, " + ", ".join(f"{s} {n}" for s, n in counts.items()))
 

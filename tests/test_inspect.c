@@ -740,6 +740,15 @@ START_TEST(test_text_format_colour_on_terminal)
 }
 END_TEST
 
+/* inspect --format FORMAT of TEXT, which must succeed. */
+static void inspect_as(run_result *r, const char *dir, const char *model, const char *format,
+                       const char *text)
+{
+    run_inspect(r, dir, (const char *const[]){"--model", model, "--format", format, text, NULL},
+                NULL, NO_ENV);
+    ck_assert_msg(r->status == 0, "%s", r->err);
+}
+
 /* Past six classes the text, SVG and HTML views list the six most probable,
  * most probable first, and the rest as one figure; the JSON keeps all. */
 START_TEST(test_many_classes_listed)
@@ -753,8 +762,7 @@ START_TEST(test_many_classes_listed)
     make_model(model, &spec);
     const char *text = "This movie was great, and the acting was superb!";
     run_result rj;
-    run_inspect(&rj, dir, (const char *const[]){"--model", model, "--format", "json", text, NULL},
-                NULL, NO_ENV);
+    inspect_as(&rj, dir, model, "json", text);
     cJSON *j = parse_json_output(&rj);
     const cJSON *probs = get(j, "probabilities");
     ck_assert_int_eq(cJSON_GetArraySize(probs), C);
@@ -780,21 +788,15 @@ START_TEST(test_many_classes_listed)
     snprintf(want + used, sizeof want - (size_t)used, "; 3 more classes, %.3f in all)\n",
              p[order[6]] + p[order[7]] + p[order[8]]);
     run_result r;
-    run_inspect(&r, dir, (const char *const[]){"--model", model, "--format", "text", text, NULL},
-                NULL, NO_ENV);
-    ck_assert_msg(r.status == 0, "%s", r.err);
+    inspect_as(&r, dir, model, "text", text);
     ck_assert_msg(strncmp(r.out, want, strlen(want)) == 0, "want %s got %s", want, r.out);
     run_result_free(&r);
-    run_inspect(&r, dir, (const char *const[]){"--model", model, "--format", "svg", text, NULL},
-                NULL, NO_ENV);
-    ck_assert_msg(r.status == 0, "%s", r.err);
+    inspect_as(&r, dir, model, "svg", text);
     ck_assert_ptr_nonnull(strstr(r.out, " more classes "));
     snprintf(want, sizeof want, "c%d ", order[8]);
     ck_assert_msg(!strstr(r.out, want), "the least probable class is listed: %s", r.out);
     run_result_free(&r);
-    run_inspect(&r, dir, (const char *const[]){"--model", model, "--format", "html", text, NULL},
-                NULL, NO_ENV);
-    ck_assert_msg(r.status == 0, "%s", r.err);
+    inspect_as(&r, dir, model, "html", text);
     ck_assert_ptr_nonnull(strstr(r.out, "<span>3 more classes</span>"));
     snprintf(want, sizeof want, "<span>c%d</span>", order[8]);
     ck_assert_msg(!strstr(r.out, want), "the least probable class has a bar");
