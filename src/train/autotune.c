@@ -282,7 +282,8 @@ static int run_trial(tuner *tu, const ac_tune_settings *s, int changed, ac_err *
         apply_settings(&cfg, s);
     /* Trials are compared on their validation rows, each by the model
      * chosen on them; training.refit stays as resolved for the data, and
-     * the caller refits the best trial alone (ac_train_refit). */
+     * the caller refits the best trial alone (ac_train_refit_plan and
+     * ac_train_refit with ac_autotune_result.best_run). */
     ac_train_options to = o->train;
     to.config = &cfg;
     to.out_dir = dir;
