@@ -63,7 +63,7 @@ void cli_progress_clear(cli_progress *p)
     }
 }
 
-static void print_begin(const ac_train_progress *ev)
+static void print_begin(const ac_train_progress *ev, int refitting)
 {
     char params[32], tokens[32];
     cli_format_count(params, sizeof params, (double)ev->n_params);
@@ -97,7 +97,7 @@ static void print_begin(const ac_train_progress *ev)
                 ev->members);
     if (ev->stop_step < ev->total_steps)
         fprintf(stderr, "attnctl: stopping at step %ld (--max-steps)\n", ev->stop_step);
-    if (ev->n_val == 0)
+    if (ev->n_val == 0 && !refitting)
         fprintf(stderr, "attnctl: warning: no validation rows: the latest model is kept and early "
                         "stopping is off\n");
 }
@@ -183,7 +183,7 @@ void cli_progress_callback(const ac_train_progress *ev, void *user)
     switch (ev->kind) {
     case AC_TRAIN_EVENT_BEGIN:
         cli_progress_clear(p);
-        print_begin(ev);
+        print_begin(ev, p->refitting);
         break;
     case AC_TRAIN_EVENT_STEP:
         if (p->mode == CLI_PROGRESS_BAR) {

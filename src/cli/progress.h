@@ -11,6 +11,8 @@ typedef struct {
     cli_progress_mode mode;
     double last_draw;  /* monotonic seconds of the last bar redraw */
     int bar_shown;     /* the bar occupies the current terminal line */
+    int refitting;     /* the run trains on every row on purpose (training.refit): its
+                          lack of validation rows is no cause for a warning */
 } cli_progress;
 
 /* Picks the mode: quiet, else a bar when stderr is a terminal, else lines. */

@@ -163,7 +163,9 @@ static int refit(const ac_train_options *to, const ac_train_result *selection,
                 "model above\n",
                 plan.epochs, plan.epochs == 1 ? "" : "s", to->out_dir);
     ac_train_result result;
+    progress->refitting = 1;
     int rc = ac_train_refit(to, &plan, &result, &err);
+    progress->refitting = 0;
     cli_progress_clear(progress);
     if (rc) {
         *failure_shared = result.failure_shared;
