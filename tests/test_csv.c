@@ -899,6 +899,8 @@ START_TEST(test_text_format_names)
     }
     ck_assert_int_eq(ac_text_format_of("a/unsup.csv.gz", AC_TEXT_FORMAT_AUTO), AC_TEXT_FORMAT_CSV);
     ck_assert_int_eq(ac_text_format_of("B.CSV", AC_TEXT_FORMAT_AUTO), AC_TEXT_FORMAT_CSV);
+    ck_assert_int_eq(ac_text_format_of("c.tsv", AC_TEXT_FORMAT_AUTO), AC_TEXT_FORMAT_CSV);
+    ck_assert_int_eq(ac_text_format_of("d.TSV.gz", AC_TEXT_FORMAT_AUTO), AC_TEXT_FORMAT_CSV);
     ck_assert_int_eq(ac_text_format_of("notes.txt", AC_TEXT_FORMAT_AUTO), AC_TEXT_FORMAT_LINES);
     ck_assert_int_eq(ac_text_format_of("csv.d/x.gz", AC_TEXT_FORMAT_AUTO), AC_TEXT_FORMAT_LINES);
     ck_assert_int_eq(ac_text_format_of("notes.txt", AC_TEXT_FORMAT_CSV), AC_TEXT_FORMAT_CSV);
@@ -966,6 +968,116 @@ END_TEST
 
 /* ------------------------------------------------------------------ runner */
 
+/* ------------------------------------------------------------ separators */
+
+/* The header line picks the separator. A tab-separated file is IANA's TSV:
+ * a line a row, quotes ordinary characters (stray and leading ones too, as
+ * public data sets' TSV files have them); CRLF, a blank line, no final
+ * line break and a gzip body as in a CSV; rows across the 64 KiB reads. */
+START_TEST(test_tab_separated)
+{
+    tmpdir t;
+    tmpdir_make(&t);
+    const char tsv[] = "id\ttext\tlabel\r\n"
+                       "1\ta \"stray quote\tpos\r\n"
+                       "  \r\n"
+                       "2\t\"Great\" film, really; yes\tneg\r\n"
+                       "3\t\tneg\r\n"
+                       "4\tlast\tpos";
+    write_bytes(join(&t, "a.tsv"), tsv, sizeof tsv - 1);
+    write_gz(join(&t, "b.txt.gz"), tsv, sizeof tsv - 1); /* the header decides, not the name */
+    const char *const names[] = {"a.tsv", "b.txt.gz"};
+    for (int k = 0; k < 2; k++) {
+        ac_rawdata d;
+        read_ok(&d, join(&t, names[k]), &LABELLED);
+        ck_assert_int_eq(d.n_rows, 3);
+        ck_assert_int_eq(d.n_empty_skipped, 1);
+        ck_assert_str_eq(ac_rawdata_text(&d, 0), "a \"stray quote");
+        ck_assert_str_eq(ac_rawdata_text(&d, 1), "\"Great\" film, really; yes");
+        ck_assert_str_eq(ac_rawdata_text(&d, 2), "last");
+        const int64_t lines[] = {2, 4, 6};
+        const int32_t labels[] = {1, 0, 1};
+        for (int i = 0; i < 3; i++) {
+            ck_assert_int_eq(d.line[i], lines[i]);
+            ck_assert_int_eq(d.labels[i], labels[i]);
+        }
+        ac_rawdata_free(&d);
+    }
+
+    /* One column: tab-separated by the name, so quotes stay as they are. */
+    const char one[] = "text\nI \"love\" it\n";
+    write_bytes(join(&t, "one.tsv"), one, sizeof one - 1);
+    ac_rawdata d;
+    read_ok(&d, join(&t, "one.tsv"), &UNLABELLED);
+    ck_assert_int_eq(d.n_rows, 1);
+    ck_assert_str_eq(ac_rawdata_text(&d, 0), "I \"love\" it");
+    ac_rawdata_free(&d);
+    write_bytes(join(&t, "one.csv"), one, sizeof one - 1);
+    read_fails(join(&t, "one.csv"), &UNLABELLED, 2, WORDS("quote inside an unquoted field"));
+
+    /* Rows of 100 bytes across many reads of 64 KiB. */
+    size_t cap = 3000 * 110 + 32, n = 0;
+    char *big = malloc(cap);
+    ck_assert_ptr_nonnull(big);
+    n += (size_t)sprintf(big, "text\tlabel\n");
+    for (int i = 0; i < 3000; i++)
+        n += (size_t)sprintf(big + n, "row %05d %s\t%s\n", i, "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+                                                       "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+                             i % 3 ? "b" : "a");
+    write_gz(join(&t, "big.tsv.gz"), big, n);
+    read_ok(&d, join(&t, "big.tsv.gz"), &LABELLED);
+    ck_assert_int_eq(d.n_rows, 3000);
+    for (int i = 0; i < 3000; i += 499) {
+        char want[16];
+        snprintf(want, sizeof want, "row %05d ", i);
+        ck_assert(strncmp(ac_rawdata_text(&d, i), want, strlen(want)) == 0);
+        ck_assert_int_eq(d.line[i], i + 2);
+        ck_assert_int_eq(d.labels[i], i % 3 ? 1 : 0);
+    }
+    ac_rawdata_free(&d);
+    free(big);
+
+    /* A tab in a text cannot be told from a separator: the line is named. */
+    const char extra[] = "text\tlabel\nfine\tpos\nsplit\ttext\tneg\n";
+    write_bytes(join(&t, "extra.tsv"), extra, sizeof extra - 1);
+    read_fails(join(&t, "extra.tsv"), &LABELLED, 3,
+               WORDS("row has 3 field(s), the header has 2", "cannot hold tabs"));
+    const char missing[] = "text\tlabel\nfine\tpos\n\nno label\n";
+    write_bytes(join(&t, "missing.tsv"), missing, sizeof missing - 1);
+    read_fails(join(&t, "missing.tsv"), &LABELLED, 4, WORDS("row has 1 field(s), the header has 2"));
+    tmpdir_remove(&t);
+}
+END_TEST
+
+/* A semicolon-separated export keeps RFC 4180's quoting; a header with a
+ * comma keeps the comma, whatever the texts hold. */
+START_TEST(test_semicolon_and_comma)
+{
+    tmpdir t;
+    tmpdir_make(&t);
+    const char semi[] = "\n\"text\";label\n\"one; two, three\";pos\nplain, text;neg\n";
+    write_bytes(join(&t, "s.csv"), semi, sizeof semi - 1);
+    ac_rawdata d;
+    read_ok(&d, join(&t, "s.csv"), &LABELLED);
+    ck_assert_int_eq(d.n_rows, 2);
+    ck_assert_str_eq(ac_rawdata_text(&d, 0), "one; two, three");
+    ck_assert_str_eq(ac_rawdata_text(&d, 1), "plain, text");
+    ck_assert_int_eq(d.line[0], 3);
+    ac_rawdata_free(&d);
+    const char semi_bad[] = "text;label\na;b;pos\n";
+    write_bytes(join(&t, "sb.csv"), semi_bad, sizeof semi_bad - 1);
+    read_fails(join(&t, "sb.csv"), &LABELLED, 2, WORDS("semicolon must be quoted"));
+
+    const char comma[] = "\"a;b\",text,label\n1,tabs\there; and there,pos\n2,x,neg\n";
+    write_bytes(join(&t, "c.tsv"), comma, sizeof comma - 1);
+    read_ok(&d, join(&t, "c.tsv"), &LABELLED);
+    ck_assert_int_eq(d.n_rows, 2);
+    ck_assert_str_eq(ac_rawdata_text(&d, 0), "tabs\there; and there");
+    ac_rawdata_free(&d);
+    tmpdir_remove(&t);
+}
+END_TEST
+
 static Suite *csv_suite(void)
 {
     Suite *s = suite_create("csv");
@@ -987,6 +1099,8 @@ static Suite *csv_suite(void)
     tcase_add_test(tc, test_class_order);
     tcase_add_test(tc, test_explicit_classes);
     tcase_add_test(tc, test_label_errors);
+    tcase_add_test(tc, test_tab_separated);
+    tcase_add_test(tc, test_semicolon_and_comma);
     suite_add_tcase(s, tc);
 
     TCase *tt = tcase_create("texts_and_errors");

@@ -20,9 +20,9 @@ void cli_pretrain_help(void)
            "model.safetensors), metrics.jsonl and training.svg (held-out masked-token loss\n"
            "and accuracy) and checkpoint/. Fine-tune it with: attnctl train --init DIR ...\n"
            "\n"
-           "Text files: a file named *.csv or *.csv.gz is a CSV whose text column is found by\n"
-           "name (review/text/sentence; labels are ignored); any other file is plain text, one\n"
-           "document a line (blank lines skipped). gzip is recognised by content. Never\n"
+           "Text files: a file named *.csv, *.tsv or either with .gz is a CSV whose text column\n"
+           "is found by name (review/text/sentence; labels are ignored); any other file is plain\n"
+           "text, one document a line (blank lines skipped). gzip is recognised by content. Never\n"
            "pretrain on the texts you will test on.\n"
            "\n");
     cli_print_options(CLI_PRETRAIN);

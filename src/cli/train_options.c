@@ -166,7 +166,7 @@ static const option_spec OPTIONS[] = {
                  "label (never the validation rows). A student trained so" MORE
                  "reads more text than the labelled file holds"),
     TEXT("unlabelled", OPT_UNLABELLED, TRAIN_ONLY | RESUME_OK, .section = S_FILES, .arg = "FILE",
-         .text = "the texts to label: *.csv[.gz] a CSV with a text column," MORE
+         .text = "the texts to label: *.csv/*.tsv[.gz] a CSV with a text column," MORE
                  "any other name plain text, one a line (gzip too)"),
     REAL("pseudo-threshold", OPT_PSEUDO_THRESHOLD, 0, 1, 0, "a probability from 0 to 1", TO_NONE,
          0, TRAIN_ONLY, .section = S_FILES, .arg = "P",
@@ -624,7 +624,8 @@ void train_print_help(void)
            "model.safetensors). DIR also gets metrics.jsonl (one line per evaluation),\n"
            "training.svg (learning curves) and checkpoint/ (to resume). The CSV needs a header;\n"
            "text and label columns are found by name (review/text/sentence,\n"
-           "sentiment/label/polarity) unless given.\n"
+           "sentiment/label/polarity) unless given. A header without a comma but with tabs or\n"
+           "semicolons makes it tab-separated (TSV) or semicolon-separated.\n"
            "\n");
     cli_print_options(CLI_TRAIN);
 }

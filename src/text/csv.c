@@ -3,6 +3,11 @@
  * every error knows its line without the file ever being held whole.
  *
  * Policies (the contract is in include/attnctl/text.h):
+ *  - The separator is chosen from the header line: a comma if it holds one,
+ *    else a tab, else a semicolon. Comma- and semicolon-separated files
+ *    follow RFC 4180's quoting; a tab-separated file is IANA's TSV: a line
+ *    is a row, a tab ends a field, quotes are ordinary characters (as the
+ *    TSV files of public data sets have them, unbalanced quotes included).
  *  - The header is the first non-blank row; columns are matched by name,
  *    trimmed and case-insensitive; extra columns are ignored. A UTF-8 BOM at
  *    the start of the file is dropped.
@@ -54,6 +59,7 @@ typedef struct {
     int64_t row_line;   /* where the current row began */
     int64_t field_line; /* where the current field began */
     int64_t rows_seen;  /* rows completed, header included */
+    unsigned char delim; /* the field separator, chosen from the header line (header_delimiter) */
     size_t field_idx;   /* fields completed in the current row */
 
     /* Header */
@@ -528,9 +534,10 @@ static int row_done(reader *r)
 {
     ac_rawdata *d = r->d;
     if (r->field_idx != r->n_cols) {
-        const char *hint = r->field_idx > r->n_cols
-                               ? " (a field holding a comma must be quoted)"
-                               : "";
+        const char *hint = r->field_idx <= r->n_cols ? ""
+                           : r->delim == ',' ? " (a field holding a comma must be quoted)"
+                           : r->delim == ';' ? " (a field holding a semicolon must be quoted)"
+                                             : " (a tab-separated file's fields cannot hold tabs)";
         return fail(r, r->row_line, "row has %zu field(s), the header has %zu%s", r->field_idx,
                     r->n_cols, hint);
     }
@@ -632,9 +639,10 @@ static int feed(reader *r, struct csv_parser *p, const char *s, size_t n)
         if (j > i)
             r->prev_cr = 0;
         if (!r->row_open) {
-            /* libcsv starts a row at the first byte that is not a space, tab or line break. */
+            /* libcsv starts a row at the first byte that is not a space, tab or
+             * line break, or at a separator (a tab, in a tab-separated file). */
             for (size_t k = i; k < j; k++)
-                if (s[k] != ' ' && s[k] != '\t') {
+                if ((s[k] != ' ' && s[k] != '\t') || (unsigned char)s[k] == r->delim) {
                     r->row_open = 1;
                     r->row_line = r->field_line = r->line;
                     break;
@@ -688,6 +696,33 @@ static int end_line(reader *r)
     return 0;
 }
 
+/* Tab-separated: the current line is a row, its tabs end the fields; a
+ * line of spaces or nothing is skipped, as libcsv skips blank lines. */
+static int end_tsv_line(reader *r)
+{
+    size_t len = r->line_len;
+    if (len > 0 && r->line_buf[len - 1] == '\r')
+        len--;
+    int blank = 1;
+    for (size_t i = 0; i < len && blank; i++)
+        blank = r->line_buf[i] == ' ';
+    r->row_line = r->seg_line = r->field_line = r->line;
+    if (!blank) {
+        size_t start = 0;
+        for (size_t i = 0; i <= len && !r->failed; i++)
+            if (i == len || r->line_buf[i] == '\t') {
+                on_field(r->line_buf + start, i - start, r);
+                start = i + 1;
+            }
+        on_row('\n', r);
+    }
+    r->line++;
+    r->line_len = 0;
+    return r->failed ? -1 : 0;
+}
+
+/* Plain text or a tab-separated file: gathers each line (across read
+ * chunks) and hands it over whole. */
 static int feed_lines(reader *r, const char *s, size_t n)
 {
     size_t i = 0;
@@ -700,12 +735,43 @@ static int feed_lines(reader *r, const char *s, size_t n)
         r->line_len += piece;
         i += piece;
         if (nl) {
-            if (end_line(r) != 0)
+            if ((r->opt->lines ? end_line(r) : end_tsv_line(r)) != 0)
                 return -1;
             i++;
         }
     }
     return r->failed ? -1 : 0;
+}
+
+/* The field separator: a comma if the header line (s[0..n), up to its
+ * first line break) has one outside quotes, else a tab, else a semicolon;
+ * a header of one column is tab-separated when the file is named *.tsv or
+ * *.tsv.gz, else comma-separated. Column names seldom hold any of the
+ * three, so the header tells a TSV or a semicolon-separated export (a
+ * spreadsheet's, in locales with a decimal comma) from a CSV. */
+static unsigned char header_delimiter(const char *s, size_t n, const char *path)
+{
+    int quoted = 0, tab = 0, semicolon = 0, in_line = 0; /* blank lines before the header skipped */
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (c != '\n' && c != '\r' && c != ' ')
+            in_line = 1;
+        if (c == '"')
+            quoted = !quoted;
+        else if (quoted)
+            continue;
+        else if ((c == '\n' || c == '\r') && in_line)
+            break;
+        else if (c == ',')
+            return ',';
+        else if (c == '\t')
+            tab = 1;
+        else if (c == ';')
+            semicolon = 1;
+    }
+    if (tab || semicolon)
+        return tab ? '\t' : ';';
+    return ac_ends_with_nocase(path, ".tsv") || ac_ends_with_nocase(path, ".tsv.gz") ? '\t' : ',';
 }
 
 /* Reads the whole stream through the parser; 0 or -1 (r->failed). */
@@ -739,8 +805,12 @@ static int parse_stream(reader *r, gzFile gz)
         size_t skip = 0;
         if (first && n >= 3 && memcmp(buf, "\xEF\xBB\xBF", 3) == 0)
             skip = 3; /* the BOM is not part of the first column's name */
+        if (first && !r->opt->lines) {
+            r->delim = header_delimiter(buf + skip, (size_t)n - skip, r->path);
+            csv_set_delim(&p, r->delim);
+        }
         first = 0;
-        if (r->opt->lines)
+        if (r->opt->lines || r->delim == '\t')
             feed_lines(r, buf + skip, (size_t)n - skip);
         else
             feed(r, &p, buf + skip, (size_t)n - skip);
@@ -755,6 +825,9 @@ static int parse_stream(reader *r, gzFile gz)
     if (!r->failed && r->opt->lines) {
         if (r->line_len > 0) /* the last line has no line break */
             end_line(r);
+    } else if (!r->failed && r->delim == '\t') {
+        if (r->line_len > 0)
+            end_tsv_line(r);
     } else if (!r->failed) {
         if (csv_fini(&p, on_field, on_row, r) != 0 && !r->failed) {
             if (csv_error(&p) == CSV_EPARSE)
@@ -832,6 +905,7 @@ int ac_rawdata_read(ac_rawdata *out, const char *path, const ac_read_options *op
     memset(out, 0, sizeof *out);
     reader r;
     memset(&r, 0, sizeof r);
+    r.delim = ',';
     r.path = path;
     r.opt = opt ? opt : &no_options;
     r.err = err;

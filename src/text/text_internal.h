@@ -5,8 +5,16 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <strings.h>
 
 #include "attnctl/text.h"
+
+/* s ends with suffix, ASCII case ignored (file name extensions). */
+static inline int ac_ends_with_nocase(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcasecmp(s + n - k, suffix) == 0;
+}
 
 /* Length of the longest prefix of s[0..len) that is valid UTF-8 (RFC 3629:
  * no overlongs, no surrogates, nothing above U+10FFFF). */

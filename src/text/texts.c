@@ -2,9 +2,9 @@
  * column or plain text with one document a line, read into one ac_rawdata. */
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "attnctl/text.h"
+#include "text_internal.h"
 
 static const ac_name TEXT_FORMAT_NAMES[] = {
     {AC_TEXT_FORMAT_AUTO, "auto", 0},
@@ -27,17 +27,12 @@ int ac_text_format_parse(const char *s, ac_text_format *out)
     return 0;
 }
 
-static int ends_with_nocase(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && strcasecmp(s + n - k, suffix) == 0;
-}
-
 ac_text_format ac_text_format_of(const char *path, ac_text_format format)
 {
     if (format != AC_TEXT_FORMAT_AUTO)
         return format;
-    return ends_with_nocase(path, ".csv") || ends_with_nocase(path, ".csv.gz")
+    return ac_ends_with_nocase(path, ".csv") || ac_ends_with_nocase(path, ".csv.gz") ||
+                   ac_ends_with_nocase(path, ".tsv") || ac_ends_with_nocase(path, ".tsv.gz")
                ? AC_TEXT_FORMAT_CSV
                : AC_TEXT_FORMAT_LINES;
 }

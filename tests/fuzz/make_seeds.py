@@ -53,6 +53,9 @@ CSVS = {
     "spaces_labels": "review , Sentiment\ngood,  positive \nbad,negative\t\n",
     "header_only": "review,sentiment\n",
     "sentence_polarity": "polarity,sentence\n1,good\n0,bad\n",
+    "tsv": 'id\ttext\tlabel\r\n1\ta "stray quote\tpositive\r\n  \r\n2\t"Lead" quote\tnegative\r\n3\t\tnegative',
+    "tsv_rows": "text\tlabel\nfine\tpositive\nsplit\ttext\tnegative\nshort\n",
+    "semicolon": '"text";label\n"one; two, three";positive\nplain, text;negative\n',
 }
 
 
