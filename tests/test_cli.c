@@ -1396,6 +1396,57 @@ START_TEST(test_eval_many_classes)
 }
 END_TEST
 
+/* Labels that look like slips in the data are named before training: two
+ * that differ only in case, a label on one row (with its line). A clean
+ * file gets neither warning; a tab-separated copy trains and evaluates. */
+START_TEST(test_train_label_slips)
+{
+    char csv[512], tsv[512], out[512];
+    work_path(csv, sizeof csv, "slips.csv");
+    work_path(tsv, sizeof tsv, "clean.tsv");
+    work_path(out, sizeof out, "slips");
+    FILE *f = fopen(csv, "w"), *g = fopen(tsv, "w");
+    ck_assert(f && g);
+    fprintf(f, "text,label\n");
+    fprintf(g, "text\tlabel\n");
+    for (int i = 0; i < 40; i++) {
+        const char *label = i % 2 ? "positive" : "negative";
+        fprintf(f, "row %d %s,%s\n", i, i % 2 ? "good" : "bad", i == 7 || i == 9 ? "Positive" : label);
+        fprintf(g, "row \"%d\" %s\t%s\n", i, i % 2 ? "good" : "bad", label);
+    }
+    fprintf(f, "one more,postive\n"); /* line 42 */
+    ck_assert_int_eq(fclose(f), 0);
+    ck_assert_int_eq(fclose(g), 0);
+    const char *shape[] = {"--d-model", "16", "--heads", "2", "--ff", "32", "--epochs", "1",
+                           "--wide-buckets", "1024", "--threads", "1"};
+    const char *args[24] = {"train", csv, "--out", out};
+    for (int i = 0; i < 12; i++)
+        args[4 + i] = shape[i];
+    rm_rf(out);
+    result r = run(args);
+    ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
+    ck_assert_msg(strstr(r.err, "labels 'Positive' and 'positive' differ only in letter case"),
+                  "%s", r.err);
+    char want[600];
+    snprintf(want, sizeof want, "%s:42: label 'postive' is on this row only;", csv);
+    ck_assert_msg(strstr(r.err, want), "%s", r.err);
+    result_free(&r);
+
+    rm_rf(out);
+    args[1] = tsv;
+    r = run(args);
+    ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
+    ck_assert_msg(!strstr(r.err, "warning"), "%s", r.err);
+    result_free(&r);
+    const char *eval[] = {"eval", "--model", out, tsv, NULL};
+    r = run(eval);
+    ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
+    ck_assert_msg(strstr(r.out, "40 rows"), "%s", r.out);
+    result_free(&r);
+    rm_rf(out);
+}
+END_TEST
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -1414,6 +1465,7 @@ int main(void)
     tcase_add_test(tc, test_format_reader_matches_every_preset);
     tcase_add_test(tc, test_train_fixture);
     tcase_add_test(tc, test_eval_many_classes);
+    tcase_add_test(tc, test_train_label_slips);
     {
         tcase_add_test(tc, test_eval_table);
         tcase_add_test(tc, test_eval_json);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "attnctl/autotune.h"
@@ -60,6 +61,62 @@ static void print_shell_word(FILE *f, const char *s)
             fputc(*p, f);
     }
     fputc('\'', f);
+}
+
+/* A label as a message shows it: at most 40 bytes, control bytes as '?'. */
+static void show_label(char *dst, size_t cap, const char *s)
+{
+    size_t n = strlen(s), keep = n > 40 ? 40 : n;
+    while (keep < n && keep > 0 && ((unsigned char)s[keep] & 0xC0) == 0x80)
+        keep--; /* do not end inside a UTF-8 sequence */
+    size_t o = 0;
+    for (size_t i = 0; i < keep && o + 4 < cap; i++)
+        dst[o++] = (unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i];
+    if (keep < n && o + 4 < cap)
+        memcpy(dst + o, "...", 3), o += 3;
+    dst[o] = '\0';
+}
+
+/* Labels that look like slips in the data: two that differ only in letter
+ * case ("Positive", "positive") and a class of a single row (a typo such as
+ * "postive"). Both stay classes of their own; the warning says where. */
+static void warn_about_labels(const ac_rawdata *d, const char *path)
+{
+    if (!d->labels || d->n_classes < 2)
+        return;
+    char a[64], b[64];
+    for (int i = 0; i < d->n_classes; i++)
+        for (int j = i + 1; j < d->n_classes; j++)
+            if (strcasecmp(d->classes[i], d->classes[j]) == 0) {
+                show_label(a, sizeof a, d->classes[i]);
+                show_label(b, sizeof b, d->classes[j]);
+                fprintf(stderr,
+                        "attnctl: warning: %s: labels '%s' and '%s' differ only in letter case; "
+                        "they are two classes\n",
+                        path, a, b);
+                i = j = d->n_classes; /* one is enough to send the user to the data */
+            }
+    int64_t *count = calloc((size_t)d->n_classes, sizeof *count), *where = NULL;
+    where = calloc((size_t)d->n_classes, sizeof *where);
+    if (count && where) {
+        for (int64_t r = 0; r < d->n_rows; r++)
+            if (count[d->labels[r]]++ == 0)
+                where[d->labels[r]] = d->line[r];
+        int singles = 0, first = -1;
+        for (int c = 0; c < d->n_classes; c++)
+            if (count[c] == 1 && singles++ == 0)
+                first = c;
+        if (singles > 0) {
+            show_label(a, sizeof a, d->classes[first]);
+            fprintf(stderr,
+                    "attnctl: warning: %s:%lld: label '%s' is on this row only%s; a class needs "
+                    "many rows to be learnt\n",
+                    path, (long long)where[first], a,
+                    singles > 1 ? " (and other labels are on one row each)" : "");
+        }
+    }
+    free(count);
+    free(where);
 }
 
 static void warn_about_data(const ac_rawdata *d, const char *path, int quiet)
@@ -193,14 +250,14 @@ static int refit(const ac_train_options *to, const ac_train_result *selection,
 }
 
 /* The data of a run: the labelled training file (and --val-file), or the
- * unlabelled text files of a pretraining run. */
-static int read_data(const train_args *a, int resume,
+ * unlabelled text files of a pretraining run. Warnings about the data are
+ * rank 0's (quiet on the others). */
+static int read_data(const train_args *a, int resume, int quiet,
                      const char *train_path, const char *val_path, const ac_config *cfg,
                      ac_rawdata *train, int *have_train, ac_rawdata *val, int *have_val,
                      const char **text_column, const char *label_column)
 {
     ac_err err;
-    int quiet = a->v[OPT_QUIET].set;
     if (a->kind == CLI_PRETRAIN) {
         if (ac_rawdata_read_texts(train, (const char *const *)a->paths, a->n_paths,
                                   (ac_text_format)a->v[OPT_FORMAT].i, *text_column, &err))
@@ -219,6 +276,8 @@ static int read_data(const train_args *a, int resume,
         return cli_error("%s", err.msg);
     *have_train = 1;
     warn_about_data(train, train_path, quiet);
+    if (!quiet)
+        warn_about_labels(train, train_path);
     if (val_path) {
         ac_read_options vo = ro;
         vo.classes = train->classes;
@@ -483,7 +542,7 @@ static int run_training(cli_training_kind kind, int argc, char **argv, const cli
     have_handlers = 1;
     cli_block_stop_signals(0); /* one that came during start-up is handled now */
 
-    if ((rc = read_data(&a, resume, train_path, val_path, &cfg, &train, &have_train,
+    if ((rc = read_data(&a, resume, quiet, train_path, val_path, &cfg, &train, &have_train,
                         &val, &have_val, &text_column, label_column)) != 0)
         goto done;
     if (a.v[OPT_TEACHER].set || (resume && sources.teachers[0])) {
