@@ -22,6 +22,11 @@ rows of 3-23 words), made so:
       sent1k is part of sent3k, which is part of sent10k). A sentence need not carry its
       review's verdict, so the ceiling is well below 100 % (like a noisy tweet set).
 
+  sent_imb.csv  two classes, 7,142 rows, 70 % positive: sent10k's 5,000 positive sentences and
+      its first 2,142 negative ones, shuffled (seeded). Many user sets are lopsided (more
+      praise than complaint, more "ham" than "spam"), and accuracy then starts at the
+      majority's share.
+
   stars4.csv  four classes from the review's star rating (train.source.txt.gz: the review's
       original file name, train/pos/4715_9.txt = rating 9): "1-2", "3-4", "7-8", "9-10";
       2,000 sentences of each (8,000 rows), from reviews not used by the sent* sets. The
@@ -155,6 +160,10 @@ def main(argv=None):
             rows.append((per_class["positive"][j], "positive"))
             rows.append((per_class["negative"][j], "negative"))
         write(os.path.join(out, name + ".csv"), rows)
+    rows = [(t, "positive") for t in per_class["positive"][:5000]]
+    rows += [(t, "negative") for t in per_class["negative"][:2142]]
+    random.Random(a.seed).shuffle(rows)
+    write(os.path.join(out, "sent_imb.csv"), rows)
 
     # stars4: 2,000 sentences per star class from other reviews.
     stars = {c: [] for c in ("1-2", "3-4", "7-8", "9-10")}
