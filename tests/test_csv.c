@@ -970,6 +970,14 @@ END_TEST
 
 /* ------------------------------------------------------------ separators */
 
+/* Writes text to the temporary file name and reads it back into d. */
+static void write_and_read(ac_rawdata *d, const tmpdir *t, const char *name, const char *text,
+                           const ac_read_options *o)
+{
+    write_bytes(join(t, name), text, strlen(text));
+    read_ok(d, join(t, name), o);
+}
+
 /* The header line picks the separator. A tab-separated file is IANA's TSV:
  * a line a row, quotes ordinary characters (stray and leading ones too, as
  * public data sets' TSV files have them); CRLF, a blank line, no final
@@ -1006,9 +1014,8 @@ START_TEST(test_tab_separated)
 
     /* One column: tab-separated by the name, so quotes stay as they are. */
     const char one[] = "text\nI \"love\" it\n";
-    write_bytes(join(&t, "one.tsv"), one, sizeof one - 1);
     ac_rawdata d;
-    read_ok(&d, join(&t, "one.tsv"), &UNLABELLED);
+    write_and_read(&d, &t, "one.tsv", one, &UNLABELLED);
     ck_assert_int_eq(d.n_rows, 1);
     ck_assert_str_eq(ac_rawdata_text(&d, 0), "I \"love\" it");
     ac_rawdata_free(&d);
@@ -1055,10 +1062,9 @@ START_TEST(test_semicolon_and_comma)
 {
     tmpdir t;
     tmpdir_make(&t);
-    const char semi[] = "\n\"text\";label\n\"one; two, three\";pos\nplain, text;neg\n";
-    write_bytes(join(&t, "s.csv"), semi, sizeof semi - 1);
     ac_rawdata d;
-    read_ok(&d, join(&t, "s.csv"), &LABELLED);
+    write_and_read(&d, &t, "s.csv", "\n\"text\";label\n\"one; two, three\";pos\nplain, text;neg\n",
+                   &LABELLED);
     ck_assert_int_eq(d.n_rows, 2);
     ck_assert_str_eq(ac_rawdata_text(&d, 0), "one; two, three");
     ck_assert_str_eq(ac_rawdata_text(&d, 1), "plain, text");
@@ -1068,9 +1074,8 @@ START_TEST(test_semicolon_and_comma)
     write_bytes(join(&t, "sb.csv"), semi_bad, sizeof semi_bad - 1);
     read_fails(join(&t, "sb.csv"), &LABELLED, 2, WORDS("semicolon must be quoted"));
 
-    const char comma[] = "\"a;b\",text,label\n1,tabs\there; and there,pos\n2,x,neg\n";
-    write_bytes(join(&t, "c.tsv"), comma, sizeof comma - 1);
-    read_ok(&d, join(&t, "c.tsv"), &LABELLED);
+    write_and_read(&d, &t, "c.tsv", "\"a;b\",text,label\n1,tabs\there; and there,pos\n2,x,neg\n",
+                   &LABELLED);
     ck_assert_int_eq(d.n_rows, 2);
     ck_assert_str_eq(ac_rawdata_text(&d, 0), "tabs\there; and there");
     ac_rawdata_free(&d);
