@@ -1035,7 +1035,7 @@ START_TEST(test_tab_separated)
     read_ok(&d, join(&t, "big.tsv.gz"), &LABELLED);
     ck_assert_int_eq(d.n_rows, 3000);
     for (int i = 0; i < 3000; i += 499) {
-        char want[16];
+        char want[32];
         snprintf(want, sizeof want, "row %05d ", i);
         ck_assert(strncmp(ac_rawdata_text(&d, i), want, strlen(want)) == 0);
         ck_assert_int_eq(d.line[i], i + 2);
