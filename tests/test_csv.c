@@ -980,7 +980,8 @@ static void write_and_read(ac_rawdata *d, const tmpdir *t, const char *name, con
 
 /* The header line picks the separator. A tab-separated file is IANA's TSV:
  * a line a row, quotes ordinary characters (stray and leading ones too, as
- * public data sets' TSV files have them); CRLF, a blank line, no final
+ * public data sets' TSV files have them) but around a whole field (R's
+ * write.table quotes every field); CRLF, a blank line, no final
  * line break and a gzip body as in a CSV; rows across the 64 KiB reads. */
 START_TEST(test_tab_separated)
 {
@@ -1043,6 +1044,19 @@ START_TEST(test_tab_separated)
     }
     ac_rawdata_free(&d);
     free(big);
+
+    /* R's write.table quotes every field: whole-field quotes go, "" is ". */
+    write_and_read(&d, &t, "r.tsv",
+                   "\"text\"\t\"label\"\n\"He said \"\"hi\"\"\"\t\"pos\"\n\"\"\t\"neg\"\n"
+                   "\"a \"b\" c\"\t\"neg\"\n",
+                   &LABELLED);
+    ck_assert_int_eq(d.n_rows, 2);
+    ck_assert_int_eq(d.n_empty_skipped, 1);
+    ck_assert_str_eq(ac_rawdata_text(&d, 0), "He said \"hi\"");
+    ck_assert_str_eq(ac_rawdata_text(&d, 1), "a \"b\" c");
+    ck_assert_str_eq(d.classes[0], "neg");
+    ck_assert_str_eq(d.classes[1], "pos");
+    ac_rawdata_free(&d);
 
     /* A tab in a text cannot be told from a separator: the line is named. */
     const char extra[] = "text\tlabel\nfine\tpos\nsplit\ttext\tneg\n";

@@ -7,7 +7,8 @@
  *    else a tab, else a semicolon. Comma- and semicolon-separated files
  *    follow RFC 4180's quoting; a tab-separated file is IANA's TSV: a line
  *    is a row, a tab ends a field, quotes are ordinary characters (as the
- *    TSV files of public data sets have them, unbalanced quotes included).
+ *    TSV files of public data sets have them, unbalanced quotes included)
+ *    except around a whole field, which its writer quoted (tsv_unquote).
  *  - The header is the first non-blank row; columns are matched by name,
  *    trimmed and case-insensitive; extra columns are ignored. A UTF-8 BOM at
  *    the start of the file is dropped.
@@ -696,6 +697,23 @@ static int end_line(reader *r)
     return 0;
 }
 
+/* A tab-separated field that starts and ends with a double quote was
+ * quoted by its writer (R's write.table, a spreadsheet): the quotes go and
+ * "" reads as ". Any other quote is an ordinary character. Rewrites
+ * s[0..len) in place; returns the new length. */
+static size_t tsv_unquote(char *s, size_t len)
+{
+    if (len < 2 || s[0] != '"' || s[len - 1] != '"')
+        return len;
+    size_t o = 0;
+    for (size_t i = 1; i + 1 < len; i++) {
+        s[o++] = s[i];
+        if (s[i] == '"' && s[i + 1] == '"' && i + 2 < len)
+            i++;
+    }
+    return o;
+}
+
 /* Tab-separated: the current line is a row, its tabs end the fields; a
  * line of spaces or nothing is skipped, as libcsv skips blank lines. */
 static int end_tsv_line(reader *r)
@@ -711,7 +729,7 @@ static int end_tsv_line(reader *r)
         size_t start = 0;
         for (size_t i = 0; i <= len && !r->failed; i++)
             if (i == len || r->line_buf[i] == '\t') {
-                on_field(r->line_buf + start, i - start, r);
+                on_field(r->line_buf + start, tsv_unquote(r->line_buf + start, i - start), r);
                 start = i + 1;
             }
         on_row('\n', r);

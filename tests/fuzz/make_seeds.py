@@ -55,6 +55,7 @@ CSVS = {
     "sentence_polarity": "polarity,sentence\n1,good\n0,bad\n",
     "tsv": 'id\ttext\tlabel\r\n1\ta "stray quote\tpositive\r\n  \r\n2\t"Lead" quote\tnegative\r\n3\t\tnegative',
     "tsv_rows": "text\tlabel\nfine\tpositive\nsplit\ttext\tnegative\nshort\n",
+    "tsv_quoted": '"text"\t"label"\n"He said ""hi"""\t"positive"\n""\t"negative"\n"a"\t"negative"\n',
     "semicolon": '"text";label\n"one; two, three";positive\nplain, text;negative\n',
 }
 
