@@ -405,9 +405,10 @@ START_TEST(test_missing_columns)
 {
     read_fails(DATA "no_text_column.csv", &LABELLED, 1,
                WORDS("no column named 'review', 'text' or 'sentence' in the header",
-                     "(columns: a, b)"));
+                     "(columns: a, b); name the text column with --text-column"));
     read_fails(DATA "no_label_column.csv", &LABELLED, 1,
-               WORDS("no column named 'sentiment', 'label' or 'polarity'", "(columns: text, b)"));
+               WORDS("no column named 'sentiment', 'label' or 'polarity'",
+                     "(columns: text, b); name the label column with --label-column"));
     ac_read_options o = {.text_column = "body"};
     read_fails(DATA "column_order.csv", &o, 1,
                WORDS("no column named 'body'", "(columns: id, LABEL, notes, Text)"));

@@ -462,7 +462,8 @@ static int header_done(reader *r)
         r->text_col = find_default(r, text_names);
         if (r->text_col == SIZE_MAX)
             return fail(r, r->row_line,
-                        "no column named 'review', 'text' or 'sentence' in the header (columns: %s)",
+                        "no column named 'review', 'text' or 'sentence' in the header (columns: "
+                        "%s); name the text column with --text-column",
                         cols);
     }
     if (o->label_column) {
@@ -476,7 +477,8 @@ static int header_done(reader *r)
         if (r->label_col == SIZE_MAX && o->need_label)
             return fail(
                 r, r->row_line,
-                "no column named 'sentiment', 'label' or 'polarity' in the header (columns: %s)",
+                "no column named 'sentiment', 'label' or 'polarity' in the header (columns: %s); "
+                "name the label column with --label-column",
                 cols);
     }
     if (r->label_col == r->text_col) {
