@@ -80,6 +80,12 @@ static inline size_t ac_rawdata_text_len(const ac_rawdata *d, int64_t i)
 }
 void ac_rawdata_free(ac_rawdata *d);
 
+/* A column name or label as a message quotes it: at most AC_SHOWN_MAX bytes
+ * (cut at a character boundary, then "..."), control bytes and, when not
+ * valid UTF-8, non-ASCII bytes as '?'. dst holds AC_SHOWN_MAX * 2 bytes. */
+#define AC_SHOWN_MAX 40
+void ac_text_shown(char *dst, size_t cap, const char *s, size_t len);
+
 /* ---------------------------------------------------------------- tokenizer */
 
 typedef enum { AC_TRUNC_HEAD = 0, AC_TRUNC_TAIL = 1, AC_TRUNC_HEAD_TAIL = 2 } ac_truncation;

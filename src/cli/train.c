@@ -63,20 +63,6 @@ static void print_shell_word(FILE *f, const char *s)
     fputc('\'', f);
 }
 
-/* A label as a message shows it: at most 40 bytes, control bytes as '?'. */
-static void show_label(char *dst, size_t cap, const char *s)
-{
-    size_t n = strlen(s), keep = n > 40 ? 40 : n;
-    while (keep < n && keep > 0 && ((unsigned char)s[keep] & 0xC0) == 0x80)
-        keep--; /* do not end inside a UTF-8 sequence */
-    size_t o = 0;
-    for (size_t i = 0; i < keep && o + 4 < cap; i++)
-        dst[o++] = (unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i];
-    if (keep < n && o + 4 < cap)
-        memcpy(dst + o, "...", 3), o += 3;
-    dst[o] = '\0';
-}
-
 /* Labels that look like slips in the data: two that differ only in letter
  * case ("Positive", "positive") and a class of a single row (a typo such as
  * "postive"). Both stay classes of their own; the warning says where. */
@@ -84,12 +70,12 @@ static void warn_about_labels(const ac_rawdata *d, const char *path)
 {
     if (!d->labels || d->n_classes < 2)
         return;
-    char a[64], b[64];
+    char a[AC_SHOWN_MAX * 2], b[AC_SHOWN_MAX * 2];
     for (int i = 0; i < d->n_classes; i++)
         for (int j = i + 1; j < d->n_classes; j++)
             if (strcasecmp(d->classes[i], d->classes[j]) == 0) {
-                show_label(a, sizeof a, d->classes[i]);
-                show_label(b, sizeof b, d->classes[j]);
+                ac_text_shown(a, sizeof a, d->classes[i], strlen(d->classes[i]));
+                ac_text_shown(b, sizeof b, d->classes[j], strlen(d->classes[j]));
                 fprintf(stderr,
                         "attnctl: warning: %s: labels '%s' and '%s' differ only in letter case; "
                         "they are two classes\n",
@@ -107,7 +93,7 @@ static void warn_about_labels(const ac_rawdata *d, const char *path)
             if (count[c] == 1 && singles++ == 0)
                 first = c;
         if (singles > 0) {
-            show_label(a, sizeof a, d->classes[first]);
+            ac_text_shown(a, sizeof a, d->classes[first], strlen(d->classes[first]));
             fprintf(stderr,
                     "attnctl: warning: %s:%lld: label '%s' is on this row only%s; a class needs "
                     "many rows to be learnt\n",

@@ -41,7 +41,6 @@ enum {
     READ_CHUNK = 64 * 1024,       /* bytes handed to libcsv at a time (at most) */
     GZ_BUFFER = 256 * 1024,       /* zlib's own input buffer: fewer read() calls */
     MAX_CLASSES = 1000,           /* more distinct labels than this: not a label column */
-    SHOW_MAX = 40,                /* bytes of a name or label quoted in a message */
 };
 
 typedef struct {
@@ -94,14 +93,12 @@ typedef struct {
 
 /* ------------------------------------------------------------ messages */
 
-/* A name or label as it may appear in a message: at most SHOW_MAX bytes,
- * control bytes and (when not valid UTF-8) non-ASCII bytes as '?'. */
-static void show(char *dst, size_t cap, const char *s, size_t len)
+void ac_text_shown(char *dst, size_t cap, const char *s, size_t len)
 {
     size_t n = len;
     int cut = 0;
-    if (n > SHOW_MAX) {
-        n = SHOW_MAX;
+    if (n > AC_SHOWN_MAX) {
+        n = AC_SHOWN_MAX;
         while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
             n--; /* do not split a UTF-8 sequence */
         cut = 1;
@@ -144,8 +141,8 @@ static void list_columns(const reader *r, char *dst, size_t cap)
     size_t o = 0;
     dst[0] = '\0';
     for (size_t i = 0; i < r->n_cols && o + 8 < cap; i++) {
-        char name[SHOW_MAX * 2];
-        show(name, sizeof name, r->cols[i], strlen(r->cols[i]));
+        char name[AC_SHOWN_MAX * 2];
+        ac_text_shown(name, sizeof name, r->cols[i], strlen(r->cols[i]));
         int w = snprintf(dst + o, cap - o, "%s%s", i ? ", " : "", name);
         if (w < 0 || (size_t)w >= cap - o) {
             dst[o] = '\0';
@@ -161,8 +158,8 @@ static void list_classes(const reader *r, char *dst, size_t cap)
     size_t o = 0;
     dst[0] = '\0';
     for (int i = 0; i < r->n_cls && o + 8 < cap; i++) {
-        char name[SHOW_MAX * 2];
-        show(name, sizeof name, r->cls[i], r->cls_len[i]);
+        char name[AC_SHOWN_MAX * 2];
+        ac_text_shown(name, sizeof name, r->cls[i], r->cls_len[i]);
         int w = snprintf(dst + o, cap - o, "%s%s", i ? ", " : "", name);
         if (w < 0 || (size_t)w >= cap - o) {
             dst[o] = '\0';
@@ -294,10 +291,10 @@ static int32_t label_id(reader *r)
 {
     const char *s = r->label;
     size_t len = r->label_len;
-    char shown[SHOW_MAX * 2];
+    char shown[AC_SHOWN_MAX * 2];
     if (len == 0) {
-        char col[SHOW_MAX * 2];
-        show(col, sizeof col, r->cols[r->label_col], strlen(r->cols[r->label_col]));
+        char col[AC_SHOWN_MAX * 2];
+        ac_text_shown(col, sizeof col, r->cols[r->label_col], strlen(r->cols[r->label_col]));
         label_problem(r, "empty label in column '%s'", col);
         return -1;
     }
@@ -306,7 +303,7 @@ static int32_t label_id(reader *r)
         return -1;
     }
     if (ac_utf8_valid_prefix(s, len) != len) {
-        show(shown, sizeof shown, s, len);
+        ac_text_shown(shown, sizeof shown, s, len);
         label_problem(r, "the label '%s' is not valid UTF-8", shown);
         return -1;
     }
@@ -315,7 +312,7 @@ static int32_t label_id(reader *r)
         if (id >= 0)
             return id;
     }
-    show(shown, sizeof shown, s, len);
+    ac_text_shown(shown, sizeof shown, s, len);
     if (r->opt->classes) {
         char known[AC_ERR_LEN / 2];
         list_classes(r, known, sizeof known);
@@ -323,8 +320,8 @@ static int32_t label_id(reader *r)
         return -1;
     }
     if (r->n_cls >= MAX_CLASSES) {
-        char col[SHOW_MAX * 2];
-        show(col, sizeof col, r->cols[r->label_col], strlen(r->cols[r->label_col]));
+        char col[AC_SHOWN_MAX * 2];
+        ac_text_shown(col, sizeof col, r->cols[r->label_col], strlen(r->cols[r->label_col]));
         label_problem(r, "more than %d different labels in column '%s' (is it the label column?)",
                       MAX_CLASSES, col);
         return -1;
@@ -449,12 +446,12 @@ static int header_done(reader *r)
     static const char *const text_names[] = {"review", "text", "sentence", NULL};
     static const char *const label_names[] = {"sentiment", "label", "polarity", NULL};
     const ac_read_options *o = r->opt;
-    char cols[AC_ERR_LEN / 2], want[SHOW_MAX * 2];
+    char cols[AC_ERR_LEN / 2], want[AC_SHOWN_MAX * 2];
     list_columns(r, cols, sizeof cols);
 
     if (o->text_column) {
         r->text_col = find_column(r, o->text_column);
-        show(want, sizeof want, o->text_column, strlen(o->text_column));
+        ac_text_shown(want, sizeof want, o->text_column, strlen(o->text_column));
         if (r->text_col == SIZE_MAX)
             return fail(r, r->row_line, "no column named '%s' in the header (columns: %s)", want,
                         cols);
@@ -468,7 +465,7 @@ static int header_done(reader *r)
     }
     if (o->label_column) {
         r->label_col = find_column(r, o->label_column);
-        show(want, sizeof want, o->label_column, strlen(o->label_column));
+        ac_text_shown(want, sizeof want, o->label_column, strlen(o->label_column));
         if (r->label_col == SIZE_MAX)
             return fail(r, r->row_line, "no column named '%s' in the header (columns: %s)", want,
                         cols);
@@ -482,7 +479,7 @@ static int header_done(reader *r)
                 cols);
     }
     if (r->label_col == r->text_col) {
-        show(want, sizeof want, r->cols[r->text_col], strlen(r->cols[r->text_col]));
+        ac_text_shown(want, sizeof want, r->cols[r->text_col], strlen(r->cols[r->text_col]));
         return fail(r, r->row_line, "column '%s' cannot be both the text and the label", want);
     }
     return 0;
@@ -791,7 +788,7 @@ static unsigned char header_delimiter(const char *s, size_t n, const char *path)
     }
     if (tab || semicolon)
         return tab ? '\t' : ';';
-    return ac_ends_with_nocase(path, ".tsv") || ac_ends_with_nocase(path, ".tsv.gz") ? '\t' : ',';
+    return ac_is_tsv_name(path) ? '\t' : ',';
 }
 
 /* Reads the whole stream through the parser; 0 or -1 (r->failed). */
@@ -893,8 +890,8 @@ static int finish(reader *r)
     if (!o->classes && order_classes(r) != 0)
         return out_of_memory(r);
     if (!o->classes && o->need_label && r->n_cls < 2) {
-        char shown[SHOW_MAX * 2];
-        show(shown, sizeof shown, r->cls[0], r->cls_len[0]);
+        char shown[AC_SHOWN_MAX * 2];
+        ac_text_shown(shown, sizeof shown, r->cls[0], r->cls_len[0]);
         return fail(r, 1, "only one class ('%s') in the labels; a classifier needs at least two",
                     shown);
     }

@@ -16,6 +16,12 @@ static inline int ac_ends_with_nocase(const char *s, const char *suffix)
     return n >= k && strcasecmp(s + n - k, suffix) == 0;
 }
 
+/* A file named *.tsv or *.tsv.gz: tab-separated when its header does not say. */
+static inline int ac_is_tsv_name(const char *path)
+{
+    return ac_ends_with_nocase(path, ".tsv") || ac_ends_with_nocase(path, ".tsv.gz");
+}
+
 /* Length of the longest prefix of s[0..len) that is valid UTF-8 (RFC 3629:
  * no overlongs, no surrogates, nothing above U+10FFFF). */
 size_t ac_utf8_valid_prefix(const char *s, size_t len);

@@ -32,7 +32,7 @@ ac_text_format ac_text_format_of(const char *path, ac_text_format format)
     if (format != AC_TEXT_FORMAT_AUTO)
         return format;
     return ac_ends_with_nocase(path, ".csv") || ac_ends_with_nocase(path, ".csv.gz") ||
-                   ac_ends_with_nocase(path, ".tsv") || ac_ends_with_nocase(path, ".tsv.gz")
+                   ac_is_tsv_name(path)
                ? AC_TEXT_FORMAT_CSV
                : AC_TEXT_FORMAT_LINES;
 }
