@@ -1206,6 +1206,36 @@ START_TEST(test_bench_models)
 }
 END_TEST
 
+/* quantize --check reads its file once, before anything is written: a pipe
+ * works (it used to be read a second time for the quantized model and to
+ * hang or fail after the output was written), and a file the model cannot
+ * score leaves no output directory. */
+START_TEST(test_quantize_check_reads_once)
+{
+    char model[512], qdir[512], bad[512];
+    model_dir(model, sizeof model);
+    work_path(qdir, sizeof qdir, "check-once-q");
+    work_path(bad, sizeof bad, "check-unknown-label.csv");
+    nftw(qdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    write_file(bad, "review,sentiment\ngreat film,positive\nso so,neutral\n");
+    const char *unknown[] = {"quantize", "--model", model, "--out", qdir, "--check", bad, NULL};
+    result u = run(unknown);
+    ck_assert_int_ne(u.status, 0);
+    ck_assert_msg(strstr(u.err, ":3: unknown label 'neutral'"), "%s", u.err);
+    ck_assert_msg(access(qdir, F_OK) != 0, "a failed --check left %s", qdir);
+    result_free(&u);
+    const char *csv = "review,sentiment\na wonderful film,positive\ndull and far too long,negative\n"
+                      "the cast is superb,positive\n";
+    const char *piped[] = {"quantize", "--model", model, "--out", qdir, "--check", "/dev/stdin",
+                           NULL};
+    result p = run_with_input(piped, csv, strlen(csv));
+    ck_assert_msg(p.status == 0, "status %d, stderr: %s", p.status, p.err);
+    ck_assert_msg(strstr(p.out, "/dev/stdin: 3 rows") && strstr(p.out, "agreement  "), "%s", p.out);
+    result_free(&p);
+    nftw(qdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+END_TEST
+
 /* quantize --check: the accuracy of both models is eval's, at 2 threads and
  * with small batches (many of them, in several windows), and the labels that
  * agree are counted from predict's labels of the same rows. */
@@ -1482,6 +1512,7 @@ int main(void)
         tcase_add_test(tc, test_predict_starts_once);
         tcase_add_test(tc, test_bench_models);
         tcase_add_test(tc, test_quantize_check_matches_eval);
+        tcase_add_test(tc, test_quantize_check_reads_once);
         tcase_add_test(tc, test_threads_same_bytes);
     }
     suite_add_tcase(s, tc);

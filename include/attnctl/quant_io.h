@@ -64,5 +64,8 @@ int ac_quant_load_tensors(ac_model *m, const ac_storage *s, const char *path, in
  * last). *kept: the wide rows kept. */
 int ac_quantize_model_dir(const char *src, const char *dst, int wide_rows, int wide_group,
                           int wide_bits, const uint32_t *uses, int *kept, ac_err *err);
+/* 0 when dst holds none of a model's files (ac_quantize_model_dir's first
+ * check, for a caller with work to do before it). */
+int ac_quantize_out_free(const char *dst, ac_err *err);
 
 #endif

@@ -107,6 +107,28 @@ static double model_bytes(const char *dir)
     return total;
 }
 
+/* The --check file, read and encoded once (before anything is written, so
+ * that a bad file leaves no output and a pipe can be read), and each
+ * model's predicted label for its rows. */
+typedef struct {
+    ac_rawdata raw;
+    ac_corpus corpus;
+    ac_batch_plan plan;
+    int32_t *truth;   /* [corpus.n] */
+    int32_t *pred[2]; /* [corpus.n]: the model's, the quantized model's */
+} check_rows;
+
+static void check_rows_free(check_rows *c)
+{
+    ac_batch_plan_free(&c->plan);
+    ac_corpus_free(&c->corpus);
+    ac_rawdata_free(&c->raw);
+    free(c->truth);
+    free(c->pred[0]);
+    free(c->pred[1]);
+    memset(c, 0, sizeof *c);
+}
+
 /* Where predict_labels puts each row's predicted and true label. */
 typedef struct {
     int32_t *pred, *truth;
@@ -122,41 +144,31 @@ static int take_labels(void *user, const cli_infer *s, const cli_infer_batch *b)
     return 0;
 }
 
-/* The label the model in dir predicts for every row of the CSV (in file
- * order) into *pred, the true labels into *truth; *n rows. */
-static int predict_labels(const char *dir, const char *csv, int32_t **pred, int32_t **truth,
-                          int64_t *n, ac_err *err)
+/* The label the model in dir (which) predicts for every row of c. The first
+ * call (which 0) reads and encodes csv into c; the second reuses it: a
+ * quantized model keeps its original's vocabulary and tokenizer. */
+static int predict_labels(const char *dir, const char *csv, int which, check_rows *c,
+                          ac_err *err)
 {
     cli_infer s;
-    ac_rawdata raw;
-    ac_corpus corpus;
-    ac_batch_plan plan;
-    *pred = *truth = NULL;
     if (cli_infer_open(&s, dir, CHECK_BATCH, err) != 0)
         return -1;
     int rc = -1;
-    if (cli_infer_read_csv(&s, csv, 1, &raw, &corpus, &plan, err) != 0)
-        goto done;
-    *pred = malloc(((size_t)corpus.n + 1) * sizeof **pred);
-    *truth = malloc(((size_t)corpus.n + 1) * sizeof **truth);
-    if (!*pred || !*truth) {
-        ac_err_set(err, "out of memory for %lld rows", (long long)corpus.n);
+    if (which == 0) {
+        if (cli_infer_read_csv(&s, csv, 1, &c->raw, &c->corpus, &c->plan, err) != 0)
+            goto done;
+        c->truth = malloc(((size_t)c->corpus.n + 1) * sizeof *c->truth);
+    }
+    c->pred[which] = malloc(((size_t)c->corpus.n + 1) * sizeof *c->pred[which]);
+    if (!c->truth || !c->pred[which]) {
+        ac_err_set(err, "out of memory for %lld rows", (long long)c->corpus.n);
         goto done;
     }
-    row_labels out = {.pred = *pred, .truth = *truth};
-    if (cli_infer_run_plan(&s, &corpus, &plan, 0, take_labels, &out, err) != 0)
+    row_labels out = {.pred = c->pred[which], .truth = c->truth};
+    if (cli_infer_run_plan(&s, &c->corpus, &c->plan, 0, take_labels, &out, err) != 0)
         goto done;
-    *n = corpus.n;
     rc = 0;
 done:
-    if (rc != 0) {
-        free(*pred);
-        free(*truth);
-        *pred = *truth = NULL;
-    }
-    ac_batch_plan_free(&plan);
-    ac_corpus_free(&corpus);
-    ac_rawdata_free(&raw);
     cli_infer_close(&s);
     return rc;
 }
@@ -210,42 +222,21 @@ done:
     return uses;
 }
 
-static int check_agreement(const quantize_options *o)
+static void print_agreement(const char *check_path, const check_rows *c)
 {
-    ac_err err = {{0}};
-    int32_t *pred[2] = {NULL, NULL}, *truth[2] = {NULL, NULL};
-    int64_t n[2] = {0, 0};
-    const char *dirs[2] = {o->model_dir, o->out_dir};
-    int rc = CLI_EXIT_RUNTIME;
-    for (int k = 0; k < 2; k++)
-        if (predict_labels(dirs[k], o->check_path, &pred[k], &truth[k], &n[k], &err) != 0) {
-            cli_error("%s", err.msg);
-            goto done;
-        }
-    if (n[0] != n[1] || n[0] == 0) {
-        cli_error("%s: %lld rows read for the model, %lld for the quantized one", o->check_path,
-                  (long long)n[0], (long long)n[1]);
-        goto done;
-    }
+    const int64_t n = c->corpus.n;
     int64_t right[2] = {0, 0}, same = 0;
-    for (int64_t i = 0; i < n[0]; i++) {
+    for (int64_t i = 0; i < n; i++) {
         for (int k = 0; k < 2; k++)
-            right[k] += pred[k][i] == truth[k][i];
-        same += pred[0][i] == pred[1][i];
+            right[k] += c->pred[k][i] == c->truth[i];
+        same += c->pred[0][i] == c->pred[1][i];
     }
-    const double acc0 = (double)right[0] / (double)n[0], acc1 = (double)right[1] / (double)n[0];
-    printf("check      %s: %lld rows\n", o->check_path, (long long)n[0]);
+    const double acc0 = (double)right[0] / (double)n, acc1 = (double)right[1] / (double)n;
+    printf("check      %s: %lld rows\n", check_path, (long long)n);
     printf("accuracy   %.4f model, %.4f quantized (%+.2f points)\n", acc0, acc1,
            100.0 * (acc1 - acc0));
     printf("agreement  %.2f%% of the labels the same (%lld differ)\n",
-           100.0 * (double)same / (double)n[0], (long long)(n[0] - same));
-    rc = CLI_EXIT_OK;
-done:
-    for (int k = 0; k < 2; k++) {
-        free(pred[k]);
-        free(truth[k]);
-    }
-    return rc;
+           100.0 * (double)same / (double)n, (long long)(n - same));
 }
 
 int cmd_quantize(int argc, char **argv)
@@ -255,25 +246,45 @@ int cmd_quantize(int argc, char **argv)
     if (prc != 0)
         return prc > 0 ? prc : CLI_EXIT_OK;
     cli_set_threads((int)o.threads);
-    /* a --check file that cannot be read is an error before anything is written */
-    if (o.check_path && access(o.check_path, R_OK) != 0)
-        return cli_error("%s: cannot open: %s", o.check_path, strerror(errno));
     ac_err err = {{0}};
-    int kept = 0;
+    if (ac_quantize_out_free(o.out_dir, &err) != 0)
+        return cli_error("%s", err.msg);
+    check_rows check;
+    memset(&check, 0, sizeof check);
+    /* the --check file is read, and the model run on it, before anything is
+     * written: a file that fails leaves no output */
+    if (o.check_path && predict_labels(o.model_dir, o.check_path, 0, &check, &err) != 0) {
+        check_rows_free(&check);
+        return cli_error("%s", err.msg);
+    }
+    if (o.check_path && check.corpus.n == 0) {
+        check_rows_free(&check);
+        return cli_error("%s: no rows to check", o.check_path);
+    }
+    int kept = 0, rc = 0;
     uint32_t *uses = NULL;
     if (o.data_path && !(uses = wide_uses(o.model_dir, o.data_path, &err)))
-        return cli_error("%s", err.msg);
-    int rc = ac_quantize_model_dir(o.model_dir, o.out_dir, (int)o.cutoff,
+        rc = -1;
+    if (rc == 0)
+        rc = ac_quantize_model_dir(o.model_dir, o.out_dir, (int)o.cutoff,
                                    AC_QUANT_DEFAULT_WIDE_GROUP, AC_QUANT_DEFAULT_WIDE_BITS, uses,
                                    &kept, &err);
     free(uses);
-    if (rc != 0)
+    if (rc != 0) {
+        check_rows_free(&check);
         return cli_error("%s", err.msg);
+    }
     const double before = model_bytes(o.model_dir), after = model_bytes(o.out_dir);
     printf("model      %s: %.2f MB\n", o.model_dir, before / 1e6);
     printf("quantized  %s: %.2f MB (%.1fx smaller), %d wide rows kept\n", o.out_dir, after / 1e6,
            after > 0 ? before / after : 0.0, kept);
-    if (o.check_path)
-        return check_agreement(&o);
-    return CLI_EXIT_OK;
+    rc = CLI_EXIT_OK;
+    if (o.check_path) {
+        if (predict_labels(o.out_dir, o.check_path, 1, &check, &err) != 0)
+            rc = cli_error("%s", err.msg);
+        else
+            print_agreement(o.check_path, &check);
+    }
+    check_rows_free(&check);
+    return rc;
 }

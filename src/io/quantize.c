@@ -226,6 +226,22 @@ static int file_exists(const char *path)
 enum { F_CONFIG, F_VOCAB, F_MODEL, N_FILES };
 static const char *const FILE_NAMES[N_FILES] = {"config.json", "vocab.txt", "model.safetensors"};
 
+int ac_quantize_out_free(const char *dst, ac_err *err)
+{
+    for (int i = 0; i < N_FILES; i++) {
+        char *path = join(dst, FILE_NAMES[i]);
+        if (!path)
+            return ac_err_set(err, "%s: out of memory", dst);
+        const int taken = file_exists(path);
+        free(path);
+        if (taken)
+            return ac_err_set(err, "%s: holds a model already (%s); choose another directory or "
+                                   "remove it",
+                              dst, FILE_NAMES[i]);
+    }
+    return 0;
+}
+
 int ac_quantize_model_dir(const char *src, const char *dst, int wide_rows, int wide_group,
                           int wide_bits, const uint32_t *uses, int *kept, ac_err *err)
 {
@@ -257,12 +273,8 @@ int ac_quantize_model_dir(const char *src, const char *dst, int wide_rows, int w
                    ac_objective_name(md.model.cfg.objective));
         goto done;
     }
-    for (int i = 0; i < N_FILES; i++)
-        if (file_exists(paths[i])) {
-            ac_err_set(err, "%s: holds a model already (%s); choose another directory or remove it",
-                       dst, FILE_NAMES[i]);
-            goto done;
-        }
+    if (ac_quantize_out_free(dst, err) != 0)
+        goto done;
     if (ac_read_file(vocab_src, (size_t)1 << 30, &vocab, &vocab_len, err) != 0)
         goto done;
     const int bad = non_finite_tensor(&md.model);
