@@ -61,22 +61,6 @@ static void write_gz(const char *path, const void *data, size_t len)
     ck_assert_int_eq(gzclose(gz), Z_OK);
 }
 
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
-    long n = ftell(f);
-    ck_assert_int_ge(n, 0);
-    rewind(f);
-    char *buf = malloc((size_t)n + 1);
-    ck_assert_ptr_nonnull(buf);
-    ck_assert_uint_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    buf[n] = '\0';
-    *len = (size_t)n;
-    return buf;
-}
 
 /* Every structural promise of a successful read. */
 static void check_invariants(const ac_rawdata *d)
@@ -171,7 +155,7 @@ START_TEST(test_crlf_and_lone_cr)
     tmpdir t;
     tmpdir_make(&t);
     size_t len;
-    char *lf = slurp(DATA "quoted_newlines.csv", &len);
+    char *lf = test_slurp(DATA "quoted_newlines.csv", &len);
     char *crlf = malloc(2 * len), *cr = malloc(len);
     size_t n = 0;
     for (size_t i = 0; i < len; i++) {
@@ -286,7 +270,7 @@ START_TEST(test_gzip_round_trip_by_content)
     tmpdir t;
     tmpdir_make(&t);
     size_t len;
-    char *csv = slurp(DATA "quoted_newlines.csv", &len);
+    char *csv = test_slurp(DATA "quoted_newlines.csv", &len);
     /* gzip under a plain name and plain under a .gz name: content decides */
     write_gz(join(&t, "a.csv.gz"), csv, len);
     write_gz(join(&t, "gzip-inside.csv"), csv, len);
@@ -338,7 +322,7 @@ START_TEST(test_gzip_cut_short)
     ac_rawdata_free(&d);
 
     size_t glen;
-    char *gz = slurp(join(&t, "full.csv.gz"), &glen);
+    char *gz = test_slurp(join(&t, "full.csv.gz"), &glen);
     ck_assert_uint_gt(glen, 1000);
     /* cut in the middle of the deflate data, and just before the trailer's end */
     const size_t cuts[] = {glen / 2, glen - 3};
@@ -417,6 +401,24 @@ START_TEST(test_missing_columns)
     read_fails(DATA "column_order.csv", &ol, 1, WORDS("no column named 'stars'"));
     ac_read_options same = {.text_column = "notes", .label_column = "NOTES"};
     read_fails(DATA "column_order.csv", &same, 1, WORDS("'notes'", "both the text and the label"));
+    /* a name the header has twice would read its first column in silence;
+     * a twice-named column nobody reads is fine */
+    tmpdir t;
+    tmpdir_make(&t);
+    const char twice[] = "review,Review,sentiment\nx,good film,pos\nx,bad film,neg\n";
+    write_bytes(join(&t, "twice.csv"), twice, sizeof twice - 1);
+    read_fails(join(&t, "twice.csv"), &LABELLED, 1,
+               WORDS("names column 'review' twice (columns 1 and 2)", "rename one"));
+    const char labels_twice[] = "text,label,label\ngood film,pos,x\nbad film,neg,y\n";
+    write_bytes(join(&t, "labels_twice.csv"), labels_twice, sizeof labels_twice - 1);
+    read_fails(join(&t, "labels_twice.csv"), &LABELLED, 1, WORDS("'label' twice (columns 2 and 3)"));
+    const char unused[] = "id,id,text,label\n1,2,good film,pos\n3,4,bad film,neg\n";
+    write_bytes(join(&t, "unused_twice.csv"), unused, sizeof unused - 1);
+    ac_rawdata d;
+    read_ok(&d, join(&t, "unused_twice.csv"), &LABELLED);
+    ck_assert_int_eq(d.n_rows, 2);
+    ac_rawdata_free(&d);
+    tmpdir_remove(&t);
 }
 END_TEST
 
@@ -536,6 +538,15 @@ START_TEST(test_label_errors)
     const char bad[] = "review,sentiment\ngood,pos\nbad,n\xff\n";
     write_bytes(join(&t, "utf8_label.csv"), bad, sizeof bad - 1);
     read_fails(join(&t, "utf8_label.csv"), &LABELLED, 3, WORDS("label", "not valid UTF-8"));
+    /* predict writes LABEL TAB PROBABILITY, one line a text: a label with a
+     * line break or a tab would break every line it is on */
+    const char nl[] = "review,sentiment\ngood,pos\nbad,\"very\nbad\"\n";
+    write_bytes(join(&t, "nl_label.csv"), nl, sizeof nl - 1);
+    read_fails(join(&t, "nl_label.csv"), &LABELLED, 3,
+               WORDS("label 'very?bad'", "a label must be one line of text"));
+    const char tab[] = "review,sentiment\ngood,\"po\ts\"\n";
+    write_bytes(join(&t, "tab_label.csv"), tab, sizeof tab - 1);
+    read_fails(join(&t, "tab_label.csv"), &LABELLED, 2, WORDS("line break, tab"));
 
     /* a column with a thousand different values is not a label column */
     FILE *f = fopen(join(&t, "many.csv"), "w");
@@ -595,6 +606,14 @@ START_TEST(test_invalid_utf8_and_nul)
     ck_assert_int_eq(d.n_invalid_utf8, 3);
     ck_assert_int_eq(d.line[2], 4);
     ac_rawdata_free(&d);
+    /* UTF-16 (a spreadsheet's "Unicode Text"), with or without its mark, is
+     * named as such, not read as a header of odd column names */
+    const char le_bom[] = "\xFF\xFEr\0e\0v\0i\0e\0w\0,\0l\0a\0b\0e\0l\0\r\0\n\0";
+    const char be[] = "\0r\0e\0v\0i\0e\0w\0,\0l\0a\0b\0e\0l\0\n";
+    write_bytes(join(&t, "le.csv"), le_bom, sizeof le_bom - 1);
+    write_bytes(join(&t, "be.csv"), be, sizeof be - 1);
+    read_fails(join(&t, "le.csv"), &LABELLED, 1, WORDS("the file is UTF-16", "save it as UTF-8"));
+    read_fails(join(&t, "be.csv"), &LABELLED, 1, WORDS("the file is UTF-16"));
     tmpdir_remove(&t);
 }
 END_TEST
@@ -868,7 +887,7 @@ START_TEST(test_lines_errors)
     char *csv = many_rows(&len, 20000);
     write_gz(join(&t, "full.gz"), csv, len);
     size_t glen;
-    char *gz = slurp(join(&t, "full.gz"), &glen);
+    char *gz = test_slurp(join(&t, "full.gz"), &glen);
     write_bytes(join(&t, "cut.gz"), gz, glen / 2);
     ac_rawdata d;
     memset(&d, 0xAB, sizeof d);

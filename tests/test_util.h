@@ -56,6 +56,24 @@ static inline char *test_temp_dir(const char *name)
     return dir;
 }
 
+/* The whole file at path, NUL-terminated (caller frees); *len its bytes. */
+static inline char *test_slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
+    long n = ftell(f);
+    ck_assert_int_ge(n, 0);
+    rewind(f);
+    char *buf = malloc((size_t)n + 1);
+    ck_assert_ptr_nonnull(buf);
+    ck_assert_uint_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    buf[n] = '\0';
+    *len = (size_t)n;
+    return buf;
+}
+
 /* "a/b", allocated (caller frees). */
 static inline char *test_path(const char *a, const char *b)
 {

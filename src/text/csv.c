@@ -307,6 +307,15 @@ static int32_t label_id(reader *r)
         label_problem(r, "the label '%s' is not valid UTF-8", shown);
         return -1;
     }
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) {
+            /* predict writes one line a text, LABEL TAB PROBABILITY */
+            ac_text_shown(shown, sizeof shown, s, len);
+            label_problem(r, "the label '%s' holds a line break, tab or other control character; "
+                             "a label must be one line of text",
+                          shown);
+            return -1;
+        }
     if (r->n_slots) {
         int32_t id = r->slots[class_slot(r, s, len)];
         if (id >= 0)
@@ -481,6 +490,21 @@ static int header_done(reader *r)
     if (r->label_col == r->text_col) {
         ac_text_shown(want, sizeof want, r->cols[r->text_col], strlen(r->cols[r->text_col]));
         return fail(r, r->row_line, "column '%s' cannot be both the text and the label", want);
+    }
+    /* A name the header has twice would silently read its first column. */
+    const size_t chosen[2] = {r->text_col, r->label_col};
+    for (int k = 0; k < 2; k++) {
+        if (chosen[k] == SIZE_MAX)
+            continue;
+        const char *name = r->cols[chosen[k]];
+        for (size_t i = chosen[k] + 1; i < r->n_cols; i++)
+            if (strcasecmp(r->cols[i], name) == 0) {
+                ac_text_shown(want, sizeof want, name, strlen(name));
+                return fail(r, r->row_line,
+                            "the header names column '%s' twice (columns %zu and %zu); rename "
+                            "one",
+                            want, chosen[k] + 1, i + 1);
+            }
     }
     return 0;
 }
@@ -791,6 +815,16 @@ static unsigned char header_delimiter(const char *s, size_t n, const char *path)
     return ac_is_tsv_name(path) ? '\t' : ',';
 }
 
+/* A UTF-16 byte-order mark, or a NUL byte in the first line (the high half
+ * of every ASCII character in UTF-16 without a mark). */
+static int looks_utf16(const char *buf, size_t n)
+{
+    if (n >= 2 && ((buf[0] == '\xFF' && buf[1] == '\xFE') || (buf[0] == '\xFE' && buf[1] == '\xFF')))
+        return 1;
+    const char *eol = memchr(buf, '\n', n);
+    return memchr(buf, '\0', eol ? (size_t)(eol - buf) : n) != NULL;
+}
+
 /* Reads the whole stream through the parser; 0 or -1 (r->failed). */
 static int parse_stream(reader *r, gzFile gz)
 {
@@ -822,6 +856,11 @@ static int parse_stream(reader *r, gzFile gz)
         size_t skip = 0;
         if (first && n >= 3 && memcmp(buf, "\xEF\xBB\xBF", 3) == 0)
             skip = 3; /* the BOM is not part of the first column's name */
+        if (first && looks_utf16(buf, (size_t)n)) {
+            fail(r, 1, "the file is UTF-16 (as Excel's \"Unicode Text\" saves it); save it as "
+                       "UTF-8 (\"CSV UTF-8\")");
+            break;
+        }
         if (first && !r->opt->lines) {
             r->delim = header_delimiter(buf + skip, (size_t)n - skip, r->path);
             csv_set_delim(&p, r->delim);
