@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -581,6 +582,17 @@ START_TEST(test_usage_errors)
         ck_assert_ptr_nonnull(strstr(r.err, "--help"));
         result_free(&r);
     }
+    /* the refit trains on the training file's rows: a --val-file's are not
+     * among them (it used to refit without them, saying they were in) */
+    char out[512];
+    work_path(out, sizeof out, "refit-val-file");
+    const char *refit[] = {"train", SAMPLE_TEST, "--out", out, "--val-file", SAMPLE_TEST,
+                           "--refit", "1", NULL};
+    result r = run(refit);
+    ck_assert_int_eq(r.status, 2);
+    ck_assert_msg(strstr(r.err, "with --val-file use --refit 0"), "%s", r.err);
+    ck_assert_int_eq(access(out, F_OK), -1);
+    result_free(&r);
 }
 END_TEST
 
@@ -657,6 +669,27 @@ START_TEST(test_predict_awkward_lines)
     ck_assert_msg(strncmp(lines[0], "positive\t", 9) == 0, "%s", lines[0]);
     ck_assert_msg(strncmp(lines[3], "negative\t", 9) == 0, "%s", lines[3]);
     free(input);
+    result_free(&r);
+}
+END_TEST
+
+/* A line with no token (no-break spaces, an ideographic space, a lone tag)
+ * is a blank line to the model: <empty>, as inspect calls it empty; an
+ * unknown word still gets a verdict. */
+START_TEST(test_predict_wordless_lines)
+{
+    char model[512];
+    model_dir(model, sizeof model);
+    const char input[] = "\xc2\xa0\xc2\xa0\n\xe3\x80\x80\n<br />\nzqxjvw\nA wonderful film.\n";
+    const char *args[] = {"predict", "--model", model, NULL};
+    result r = run_with_input(args, input, sizeof input - 1);
+    ck_assert_msg(r.status == 0, "status %d, stderr: %s", r.status, r.err);
+    char *lines[8];
+    ck_assert_int_eq(split_lines(r.out, lines, 8), 5);
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(strcmp(lines[i], "<empty>") == 0, "line %d: %s", i, lines[i]);
+    for (int i = 3; i < 5; i++)
+        ck_assert_msg(strchr(lines[i], '\t') != NULL, "line %d: %s", i, lines[i]);
     result_free(&r);
 }
 END_TEST
@@ -1206,6 +1239,75 @@ START_TEST(test_bench_models)
 }
 END_TEST
 
+/* A copy of the model in src whose tensor `name` holds +Inf everywhere. */
+static void poisoned_copy(const char *src, const char *dst, const char *name)
+{
+    rm_rf(dst);
+    ck_assert_int_eq(mkdir(dst, 0755), 0);
+    static const char *const files[] = {"config.json", "vocab.txt", "model.safetensors"};
+    for (int i = 0; i < 3; i++) {
+        char from[600], to[600];
+        snprintf(from, sizeof from, "%s/%s", src, files[i]);
+        snprintf(to, sizeof to, "%s/%s", dst, files[i]);
+        size_t len;
+        char *bytes = test_slurp(from, &len);
+        if (i == 2) {
+            uint64_t header_len;
+            memcpy(&header_len, bytes, 8);
+            char *header = strndup(bytes + 8, (size_t)header_len);
+            cJSON *h = cJSON_Parse(header);
+            const cJSON *offsets = cJSON_GetObjectItem(cJSON_GetObjectItem(h, name), "data_offsets");
+            ck_assert_msg(cJSON_GetArraySize(offsets) == 2, "no tensor %s in %s", name, from);
+            const size_t begin = 8 + (size_t)header_len +
+                                 (size_t)cJSON_GetArrayItem(offsets, 0)->valuedouble;
+            const size_t end = 8 + (size_t)header_len +
+                               (size_t)cJSON_GetArrayItem(offsets, 1)->valuedouble;
+            const float inf = INFINITY;
+            for (size_t at = begin; at + 4 <= end; at += 4)
+                memcpy(bytes + at, &inf, 4);
+            cJSON_Delete(h);
+            free(header);
+        }
+        FILE *f = fopen(to, "wb");
+        ck_assert_ptr_nonnull(f);
+        ck_assert_uint_eq(fwrite(bytes, 1, len, f), len);
+        ck_assert_int_eq(fclose(f), 0);
+        free(bytes);
+    }
+}
+
+/* A model whose weights are not finite gives no verdict: predict, eval and
+ * inspect fail with one line naming the model (predict printed "nan"). */
+START_TEST(test_broken_weights)
+{
+    char model[512], broken[512];
+    model_dir(model, sizeof model);
+    work_path(broken, sizeof broken, "broken-weights");
+    poisoned_copy(model, broken, "head.bias");
+    const char *cmds[][6] = {
+        {"predict", "--model", broken, NULL},
+        {"eval", "--model", broken, SAMPLE_TEST, NULL},
+        {"inspect", "--model", broken, "A wonderful film.", NULL},
+    };
+    for (int i = 0; i < 3; i++) {
+        result r = run_with_input(cmds[i], "A wonderful film.\n", 18);
+        ck_assert_msg(r.status == 1, "%s: status %d", cmds[i][0], r.status);
+        ck_assert_int_eq(count_lines(r.err), 1);
+        ck_assert_msg(strstr(r.err, broken) && strstr(r.err, "NaN or infinite"), "%s: %s",
+                      cmds[i][0], r.err);
+        ck_assert_msg(!strstr(r.out, "nan"), "%s: %s", cmds[i][0], r.out);
+        result_free(&r);
+    }
+    /* an empty --model is not the root directory */
+    const char *empty[] = {"predict", "--model", "", NULL};
+    result r = run_with_input(empty, "good\n", 5);
+    ck_assert_int_eq(r.status, 1);
+    ck_assert_msg(strstr(r.err, "path is empty"), "%s", r.err);
+    result_free(&r);
+    rm_rf(broken);
+}
+END_TEST
+
 /* quantize --check reads its file once, before anything is written: a pipe
  * works (it used to be read a second time for the quantized model and to
  * hang or fail after the output was written), and a file the model cannot
@@ -1477,6 +1579,55 @@ START_TEST(test_train_label_slips)
 }
 END_TEST
 
+/* Training data from a pipe is read once: the run used to open it a second
+ * time for its SHA-256 (a named pipe then hung, /dev/stdin recorded the
+ * checksum of nothing); now no checksum is recorded for it. A second run
+ * into a directory another run is writing stops at once. */
+START_TEST(test_train_from_pipe_and_busy_out)
+{
+    char out[512];
+    work_path(out, sizeof out, "from-pipe");
+    rm_rf(out);
+    char csv[4096] = "review,sentiment\n";
+    for (int i = 0; i < 40; i++) {
+        char row[64];
+        snprintf(row, sizeof row, "row %d %s,%s\n", i, i % 2 ? "good" : "bad",
+                 i % 2 ? "positive" : "negative");
+        strcat(csv, row);
+    }
+    const char *args[] = {"train", "/dev/stdin", "--out", out, "--d-model", "16", "--heads", "2",
+                          "--ff", "32", "--epochs", "1", "--wide-buckets", "1024", "--threads",
+                          "1", "--quiet", NULL};
+    result r = run_with_input(args, csv, strlen(csv));
+    ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
+    result_free(&r);
+    char config_path[600];
+    snprintf(config_path, sizeof config_path, "%s/config.json", out);
+    size_t len;
+    char *config = test_slurp(config_path, &len);
+    ck_assert_msg(strstr(config, "\"train_sha256\": \"\"") || strstr(config, "\"train_sha256\":\"\""),
+                  "%s", config);
+    ck_assert_msg(strstr(config, "\"rows_used\": 40") || strstr(config, "\"rows_used\":40"), "%s",
+                  config);
+    free(config);
+    rm_rf(out);
+
+    /* the directory held by another run (its lock taken here) */
+    ck_assert_int_eq(mkdir(out, 0755), 0);
+    int held = open(out, O_RDONLY | O_DIRECTORY);
+    ck_assert_int_ge(held, 0);
+    ck_assert_int_eq(flock(held, LOCK_EX | LOCK_NB), 0);
+    args[1] = SAMPLE_TEST;
+    r = run(args);
+    ck_assert_int_eq(r.status, 1);
+    ck_assert_msg(strstr(r.err, "another attnctl run is writing there"), "%s", r.err);
+    ck_assert_int_eq(count_lines(r.err), 1);
+    result_free(&r);
+    close(held);
+    rm_rf(out);
+}
+END_TEST
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -1496,6 +1647,7 @@ int main(void)
     tcase_add_test(tc, test_train_fixture);
     tcase_add_test(tc, test_eval_many_classes);
     tcase_add_test(tc, test_train_label_slips);
+    tcase_add_test(tc, test_train_from_pipe_and_busy_out);
     {
         tcase_add_test(tc, test_eval_table);
         tcase_add_test(tc, test_eval_json);
@@ -1513,6 +1665,8 @@ int main(void)
         tcase_add_test(tc, test_bench_models);
         tcase_add_test(tc, test_quantize_check_matches_eval);
         tcase_add_test(tc, test_quantize_check_reads_once);
+        tcase_add_test(tc, test_broken_weights);
+        tcase_add_test(tc, test_predict_wordless_lines);
         tcase_add_test(tc, test_threads_same_bytes);
     }
     suite_add_tcase(s, tc);

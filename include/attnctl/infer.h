@@ -94,7 +94,11 @@ int ac_infer_pool_init(ac_infer_pool *p, const ac_model *m, int threads, int max
                        int max_T, ac_err *err);
 /* Runs jobs [0, n) (n <= max_jobs), each on one thread; one job alone
  * shares its layers among the threads instead. Every job's results are
- * written; on failure, the error of the first failing job (in job order). */
+ * written; on failure, the error of the first failing job (in job order).
+ * A probability that is not a number fails the job (AC_OUTPUT_NOT_FINITE):
+ * no verdict is drawn from a broken model. */
+#define AC_OUTPUT_NOT_FINITE                                                                      \
+    "the model's output is not a number: a weight in model.safetensors is NaN or infinite"
 int ac_infer_pool_run(ac_infer_pool *p, ac_infer_job *jobs, int n, ac_err *err);
 void ac_infer_pool_free(ac_infer_pool *p);
 

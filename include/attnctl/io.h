@@ -207,7 +207,8 @@ char *ac_trainer_state_to_json(const ac_trainer_state *s);
 
 /* Atomically replace path with the given bytes. */
 int ac_write_file_atomic(const char *path, const void *data, size_t len, ac_err *err);
-/* SHA-256 of a file, hex (nettle). */
+/* SHA-256 of a file, hex (nettle); "" for a path that is not a regular file
+ * (a pipe, /dev/stdin: its bytes can be read only once). */
 int ac_sha256_file(const char *path, char hex[65], ac_err *err);
 /* Reads a whole file (at most max_len bytes, else an error) into a
  * NUL-terminated malloc buffer. */

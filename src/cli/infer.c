@@ -13,6 +13,7 @@
 int cli_infer_open(cli_infer *s, const char *model_dir, int batch_size, ac_err *err)
 {
     memset(s, 0, sizeof *s);
+    s->model_dir = model_dir;
     if (ac_model_dir_load_inference(&s->md, model_dir, err) != 0)
         return -1;
     s->loaded = 1;
@@ -88,7 +89,9 @@ int cli_infer_run_window(cli_infer *s, int n, int with_labels, ac_err *err)
                                     .B = b->batch.B, .T = b->batch.T, .probs = b->probs,
                                     .losses = with_labels ? b->losses : NULL};
     }
-    return ac_infer_pool_run(&s->pool, s->jobs, n, err);
+    if (ac_infer_pool_run(&s->pool, s->jobs, n, err) != 0)
+        return ac_err_prefix(err, "%s", s->model_dir);
+    return 0;
 }
 
 int cli_infer_run_plan(cli_infer *s, const ac_corpus *corpus, const ac_batch_plan *plan,

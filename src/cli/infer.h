@@ -21,6 +21,7 @@ typedef struct {
 } cli_infer_batch;
 
 typedef struct {
+    const char *model_dir; /* as given to cli_infer_open; names it in errors */
     ac_model_dir md;
     ac_tokenizer *tok;
     int batch_size;   /* largest batch */

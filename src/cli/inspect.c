@@ -2,6 +2,7 @@
  * attention maps (JSON, SVG, HTML, or shaded text in the terminal). */
 #include <getopt.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include "attnctl/attribution.h"
+#include "attnctl/infer.h"
 #include "attnctl/io.h"
 #include "attnctl/model.h"
 #include "attnctl/text.h"
@@ -439,6 +441,11 @@ static int run_inspect(inspect_options *o)
     pooled_weights(&d, m, measure, sizeof measure);
 
     const int C = classifier ? m->cfg.n_classes : 0; /* a pretrained encoder: no classes */
+    for (int c = 0; c < C; c++)
+        if (!isfinite(m->act.probs_out[c])) {
+            rc = cli_error("%s: " AC_OUTPUT_NOT_FINITE, o->model_dir);
+            goto done;
+        }
     int predicted = 0;
     for (int c = 1; c < C; c++)
         if (m->act.probs_out[c] > m->act.probs_out[predicted])

@@ -34,11 +34,11 @@ static const char PREDICT_USAGE[] =
     "Classifies one review per line of FILE (default: standard input) and prints exactly\n"
     "one line per input line, in order, as soon as it is ready:\n"
     "  LABEL<TAB>PROBABILITY       (probability of the predicted label, 4 decimals)\n"
-    "  <empty>                     for an empty or blank (white-space only) line\n"
+    "  <empty>                     for a line without a word (empty, white space, markup)\n"
     "With --json, one JSON object per line:\n"
     "  {\"label\":\"positive\",\"probability\":0.97,\"probabilities\":{\"negative\":0.03,\n"
     "   \"positive\":0.97},\"tokens\":57,\"truncated\":false}\n"
-    "  {\"label\":null,\"error\":\"empty\"}   for an empty or blank line\n"
+    "  {\"label\":null,\"error\":\"empty\"}   for a line without a word\n"
     "\"tokens\" counts the review's tokens before truncation to the model's length (a lower\n"
     "bound for lines over 64 KiB, of which only the head and tail are read); \"truncated\"\n"
     "says whether the model saw less than the whole review.\n"
@@ -462,6 +462,13 @@ static int predict_lines(const predict_options *o, cli_infer *s, int fd)
                 slot->length = len;
                 slot->full_len = full_len;
                 slot->truncated = line.cut || full_len > len;
+                /* One <unk>: an unknown word, or no token at all (no-break
+                 * spaces, a lone tag), which is a blank line to the model. */
+                const int32_t *ids = slot_ids + (size_t)n * (size_t)s->max_len;
+                const ac_token *toks;
+                if (len == 1 + (s->md.vocab.with_cls ? 1 : 0) && ids[len - 1] == AC_UNK_ID &&
+                    ac_tokenize(s->tok, line.text, line.len, &toks) == 0)
+                    slot->empty = 1;
             }
             n++;
         }

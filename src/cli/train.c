@@ -3,11 +3,14 @@
  * stderr and a clean, resumable stop on SIGINT/SIGTERM. This file runs the
  * command (data, teachers, signals, result); train_options.c holds the
  * options and their help, pretrain.c the pretrain command's help. */
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include "attnctl/autotune.h"
@@ -28,6 +31,33 @@ static volatile sig_atomic_t stop_signal = 0;
 static void on_stop_signal(int sig)
 {
     stop_signal = sig;
+}
+
+/* Takes the output directory (created if missing, unless resuming) for this run: an
+ * exclusive lock on it, held until the process ends, so that a second run
+ * into the same directory stops at once instead of mixing its files with
+ * the first's. *fd: the locked directory, or -1 where the file system has
+ * no locks (the run then goes on unguarded). */
+static int lock_out_dir(const char *dir, int resume, int *fd)
+{
+    *fd = -1;
+    ac_err err;
+    if (!resume && ac_mkdir_p(dir, &err) != 0)
+        return cli_error("%s", err.msg);
+    int d = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (d < 0) /* resuming a directory that is not there: the resume says so */
+        return resume ? 0 : cli_error("%s: cannot open: %s", dir, strerror(errno));
+    if (flock(d, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        close(d);
+        if (e == EWOULDBLOCK)
+            return cli_error("%s: another attnctl run is writing there; wait for it to end, "
+                             "or choose another --out",
+                             dir);
+        return 0;
+    }
+    *fd = d;
+    return 0;
 }
 
 static int file_exists_in(const char *dir, const char *name)
@@ -202,8 +232,8 @@ static int refit(const ac_train_options *to, const ac_train_result *selection,
     if (!quiet)
         fprintf(stderr,
                 "attnctl: training again from the start on every row, the validation rows "
-                "included, for %d epoch%s (the best evaluation's); interrupted, %s keeps the "
-                "model above\n",
+                "included, for %d epoch%s (the best evaluation's); if this is interrupted, %s "
+                "keeps the model above\n",
                 plan.epochs, plan.epochs == 1 ? "" : "s", to->out_dir);
     ac_train_result result;
     progress->refitting = 1;
@@ -485,7 +515,7 @@ static int run_training(cli_training_kind kind, int argc, char **argv, const cli
     memset(&sources, 0, sizeof sources);
     memset(&train, 0, sizeof train);
     memset(&val, 0, sizeof val);
-    int have_train = 0, have_val = 0, have_handlers = 0;
+    int have_train = 0, have_val = 0, have_handlers = 0, out_lock = -1;
     saved_signals saved;
     ac_config_defaults(&cfg);
     const char *unlabelled = NULL;
@@ -494,6 +524,9 @@ static int run_training(cli_training_kind kind, int argc, char **argv, const cli
     memset(&pseudo, 0, sizeof pseudo);
     double pseudo_threshold = 0.0;
 
+    /* Under mpirun rank 0 alone writes the directory, and holds it. */
+    if (rank == 0 && out_dir && (rc = lock_out_dir(out_dir, resume, &out_lock)) != 0)
+        goto done;
     if (resume) {
         if ((rc = resume_sources(&a, out_dir, &sources, &cfg, &train_path, &val_path,
                                  &text_column, &label_column)) != 0)
@@ -644,8 +677,10 @@ static int run_training(cli_training_kind kind, int argc, char **argv, const cli
     }
     rc = CLI_EXIT_OK;
 done:
-    if (rc == CLI_EXIT_RUNTIME && out_dir && !out_existed)
+    if (rc != CLI_EXIT_OK && out_dir && !out_existed)
         rmdir(out_dir); /* only succeeds when empty */
+    if (out_lock >= 0)
+        close(out_lock);
     if (have_handlers)
         restore_signals(&saved);
     if (have_train)

@@ -896,6 +896,11 @@ int train_validate_config(const ac_config *c, const train_args *a)
     if (c->training.vocab_max <
         3 + (c->model.pooling == AC_POOL_CLS) + (a->kind == CLI_PRETRAIN))
         return cli_usage_error(a->cmd, "--vocab-size must leave room for the special tokens");
+    /* The refit trains on the training file's rows, the validation rows split
+     * from it included; a --val-file's rows are not training rows. */
+    if (a->v[OPT_VAL_FILE].set && c->training.refit == 1)
+        return cli_usage_error(a->cmd, "--refit 1 trains again on the rows --val-split takes "
+                                       "from the training file; with --val-file use --refit 0");
     /* Everything config.json would reject (the run must be resumable). */
     ac_config probe = *c; /* shallow: only the stand-ins below differ */
     char *stand_in_labels[] = {(char *)"class0", (char *)"class1"};

@@ -343,6 +343,11 @@ int ac_read_file(const char *path, size_t max_len, char **data, size_t *len, ac_
 int ac_sha256_file(const char *path, char hex[65], ac_err *err)
 {
     hex[0] = '\0';
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return ac_err_set(err, "%s: cannot open: %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode))
+        return 0; /* a pipe was read once already; opening it again would wait forever */
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return ac_err_set(err, "%s: cannot open: %s", path, strerror(errno));

@@ -135,6 +135,8 @@ void ac_model_dir_free(ac_model_dir *md)
  * object, see attnctl/quant_io.h; zeroed for the plain F32 layout). */
 static int load_config_storage(ac_config *c, ac_storage *storage, const char *dir, ac_err *err)
 {
+    if (!dir[0]) /* "" + "/config.json" would read the root directory's */
+        return ac_err_set(err, "the model directory's path is empty");
     char *path = path_join(dir, CONFIG_FILE), *text = NULL, *rest = NULL;
     size_t len = 0;
     if (!path)

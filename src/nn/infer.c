@@ -2,6 +2,7 @@
  * rows' results copied out in batch order. */
 #include "attnctl/infer.h"
 
+#include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -240,6 +241,9 @@ static int run_job(ac_infer_pool *p, int w, ac_infer_job *j, ac_err *err)
     if (ac_infer_run(s, &p->views[w], j->ids, j->lengths, j->labels, j->B, j->T, err) != 0)
         return -1;
     const size_t n = (size_t)j->B * (size_t)s->n_classes;
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(s->probs[i]))
+            return ac_err_set(err, AC_OUTPUT_NOT_FINITE);
     memcpy(j->probs, s->probs, n * sizeof *j->probs);
     if (j->logits)
         memcpy(j->logits, s->logits, n * sizeof *j->logits);

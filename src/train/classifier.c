@@ -321,6 +321,10 @@ static int classifier_check_resume_data(trainer *t, ac_err *err)
         char sha[65];
         if (ac_sha256_file(o->train_path, sha, err))
             return -1;
+        if (!sha[0])
+            return ac_err_set(err, "resume: %s is not a regular file, so it cannot be checked "
+                                   "against the file the run was started with (%s/config.json)",
+                              o->train_path, t->ckpt_dir);
         if (strcmp(sha, pv->train_sha256) != 0)
             return ac_err_set(err, "resume: %s is not the file the run was started with "
                                    "(SHA-256 differs from %s/config.json)",

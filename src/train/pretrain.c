@@ -221,8 +221,14 @@ static int pretrain_check_sources(trainer *t, ac_err *err)
                         run.n_text_files, o->n_text_paths);
     for (int i = 0; rc == 0 && i < o->n_text_paths; i++) {
         char sha[65];
+        if (!run.text_sha256[i][0])
+            continue; /* the run read a pipe: nothing to check against */
         if (ac_sha256_file(o->text_paths[i], sha, err))
             rc = -1;
+        else if (!sha[0])
+            rc = ac_err_set(err, "resume: %s is not a regular file, so it cannot be checked "
+                                 "against the file the run was started with (%s/%s)",
+                            o->text_paths[i], t->ckpt_dir, AC_RUN_FILE);
         else if (strcmp(sha, run.text_sha256[i]) != 0)
             rc = ac_err_set(err, "resume: %s is not the file the run was started with "
                                  "(SHA-256 differs from %s/%s)",
