@@ -566,8 +566,10 @@ START_TEST(test_usage_errors)
 {
     char model[512];
     model_dir(model, sizeof model);
-    const char *cmds[][6] = {
+    const char *cmds[][8] = {
         {"eval", "--model", model, SAMPLE_TEST, "--frobnicate", NULL},
+        /* an ending no format has (it used to write text into report.pdf) */
+        {"inspect", "--model", model, "--out", "build/report.pdf", "good", NULL},
         {"predict", "--model", model, "--frobnicate", NULL},
         {"bench", "--frobnicate", NULL},
         {"predict", "--model", model, "--batch-size", "0", NULL},
@@ -608,6 +610,20 @@ START_TEST(test_help)
         ck_assert_msg(strncmp(r.out, expect, strlen(expect)) == 0, "%s", r.out);
         ck_assert_str_eq(r.err, "");
         result_free(&r);
+    }
+    /* the top level's help and version: an argument too many is a usage
+     * error, and output that cannot be written fails as a command's does */
+    const char *extra[] = {"-V", "extra", NULL};
+    result r = run(extra);
+    ck_assert_int_eq(r.status, 2);
+    ck_assert_msg(strstr(r.err, "-V takes no arguments"), "%s", r.err);
+    result_free(&r);
+    const char *forms[] = {"--help", "--version", "help train"};
+    for (int i = 0; i < 3; i++) {
+        char cmd[600];
+        snprintf(cmd, sizeof cmd, "%s %s > /dev/full 2>/dev/null", attnctl_path(), forms[i]);
+        int st = system(cmd);
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "%s: status %d", forms[i], st);
     }
 }
 END_TEST
@@ -1628,6 +1644,39 @@ START_TEST(test_train_from_pipe_and_busy_out)
 }
 END_TEST
 
+/* Two slips in a run's setup, each named: the label column holding an id
+ * (every row its own class: it used to fail as an empty validation split),
+ * and a --min-count no word reaches (it used to fail on "vocab_size"). */
+START_TEST(test_train_data_mistakes)
+{
+    char csv[512], out[512];
+    work_path(csv, sizeof csv, "ids.csv");
+    work_path(out, sizeof out, "mistakes");
+    FILE *f = fopen(csv, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "id,text,label\n");
+    for (int i = 0; i < 30; i++)
+        fprintf(f, "%d,row %d %s,%s\n", i, i, i % 2 ? "good" : "bad", i % 2 ? "pos" : "neg");
+    ck_assert_int_eq(fclose(f), 0);
+    rm_rf(out);
+    const char *ids[] = {"train", csv, "--out", out, "--label-column", "id", NULL};
+    result r = run(ids);
+    ck_assert_int_eq(r.status, 1);
+    ck_assert_msg(strstr(r.err, "ids.csv: 30 different labels in 30 rows") &&
+                      strstr(r.err, "is the label column the right one?"),
+                  "%s", r.err);
+    result_free(&r);
+    const char *rare[] = {"train", csv, "--out", out, "--min-count", "1000", NULL};
+    r = run(rare);
+    ck_assert_int_eq(r.status, 1);
+    ck_assert_msg(strstr(r.err, "no word occurs 1000 or more times") &&
+                      strstr(r.err, "the vocabulary would be empty"),
+                  "%s", r.err);
+    result_free(&r);
+    ck_assert_int_eq(access(out, F_OK), -1);
+}
+END_TEST
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -1648,6 +1697,7 @@ int main(void)
     tcase_add_test(tc, test_eval_many_classes);
     tcase_add_test(tc, test_train_label_slips);
     tcase_add_test(tc, test_train_from_pipe_and_busy_out);
+    tcase_add_test(tc, test_train_data_mistakes);
     {
         tcase_add_test(tc, test_eval_table);
         tcase_add_test(tc, test_eval_json);

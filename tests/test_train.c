@@ -1860,8 +1860,8 @@ START_TEST(test_members)
 }
 END_TEST
 
-/* Too few rows for a validation split: the error names the training file
- * (it named only the split). */
+/* Too few rows a class (here for a validation split too): the error names
+ * the training file (it once named only the split). */
 START_TEST(test_cli_too_few_rows_names_the_file)
 {
     const char *bin = attnctl_binary();
@@ -1877,7 +1877,8 @@ START_TEST(test_cli_too_few_rows_names_the_file)
     ck_assert_int_eq(fclose(f), 0);
     ck_assert_int_ge(asprintf(&cmd, "%s train %s --out %s --quiet", bin, csv, out), 0);
     char *want = NULL;
-    ck_assert_int_ge(asprintf(&want, "%s: validation split: ", csv), 0);
+    ck_assert_int_ge(asprintf(&want, "%s: 2 different labels in 2 rows; a class needs many rows",
+                              csv), 0);
     expect_cli(cmd, 1, want);
     ck_assert_int_ne(access(out, F_OK), 0); /* nothing written */
     free(want);

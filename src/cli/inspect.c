@@ -41,7 +41,8 @@ static const char usage_text[] =
     "                   html: one self-contained page with the prediction, the\n"
     "                         shaded review and every map (the first 128 tokens)\n"
     "                   Without --format, --out FILE picks it from the file name's\n"
-    "                   ending (.json, .svg, .html/.htm, .txt).\n"
+    "                   ending (.json, .svg, .html/.htm, .txt); a name without an\n"
+    "                   ending gets text, another ending is an error.\n"
     "  --attribution M  which words pushed the prediction, and which way:\n"
     "                   ig: integrated gradients of each class's logit with respect\n"
     "                       to the input embeddings, from a baseline of <pad> tokens\n"
@@ -344,8 +345,14 @@ static int parse_options(inspect_options *o, int argc, char **argv)
     }
     if (!o->model_dir)
         return cli_usage_error("inspect", "--model DIR is required");
-    if (!o->format_given && o->out_path)
-        format_from_file_name(o->out_path, &o->format);
+    if (!o->format_given && o->out_path && format_from_file_name(o->out_path, &o->format) != 0) {
+        const char *slash = strrchr(o->out_path, '/'), *dot = strrchr(o->out_path, '.');
+        if (dot && (!slash || dot > slash)) /* a name without an ending stays text */
+            return cli_usage_error("inspect",
+                                   "--out %s: no format ends in '%s' (.json, .svg, .html, "
+                                   ".txt); name one with --format",
+                                   o->out_path, dot);
+    }
     if (threads > 0)
         cli_set_threads((int)threads);
 

@@ -107,6 +107,15 @@ static int print_help(void)
     return CLI_EXIT_OK;
 }
 
+/* A command's status, unless what it printed could not be written (a full
+ * disk, a closed pipe's EPIPE): then that is the error. */
+static int flushed(int status)
+{
+    if (fflush(stdout) != 0 && status == CLI_EXIT_OK)
+        return cli_error("writing to standard output: %s", strerror(errno));
+    return status;
+}
+
 static const command *find_command(const char *name)
 {
     for (size_t i = 0; i < N_COMMANDS; i++)
@@ -159,15 +168,21 @@ int main(int argc, char **argv)
         return CLI_EXIT_USAGE;
     }
     const char *name = argv[1];
-    if (strcmp(name, "--version") == 0 || strcmp(name, "-V") == 0) {
+    const int is_version = strcmp(name, "--version") == 0 || strcmp(name, "-V") == 0;
+    if ((is_version || strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) && argc > 2) {
+        fprintf(stderr, "attnctl: %s takes no arguments\n", name);
+        fputs("Try 'attnctl help'.\n", stderr);
+        return CLI_EXIT_USAGE;
+    }
+    if (is_version) {
         printf("attnctl %s\n", AC_VERSION);
-        return CLI_EXIT_OK;
+        return flushed(CLI_EXIT_OK);
     }
     if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0)
-        return print_help();
+        return flushed(print_help());
     if (strcmp(name, "help") == 0) {
         if (argc == 2)
-            return print_help();
+            return flushed(print_help());
         if (argc > 3) {
             fputs("attnctl help: too many arguments\nusage: attnctl help [COMMAND]\n", stderr);
             return CLI_EXIT_USAGE;
@@ -176,7 +191,7 @@ int main(int argc, char **argv)
         if (!c)
             return unknown_command(argv[2]);
         char *help_argv[] = {(char *)c->name, (char *)"--help", NULL};
-        return c->run(2, help_argv);
+        return flushed(c->run(2, help_argv));
     }
     if (name[0] == '-') {
         fprintf(stderr, "attnctl: unknown option '%s'\n", name);
@@ -193,8 +208,5 @@ int main(int argc, char **argv)
     ac_err err;
     if (strcmp(c->name, "predict") != 0 && ac_blas_load(&err) != 0)
         return cli_error("%s", err.msg);
-    int status = c->run(argc - 1, argv + 1);
-    if (fflush(stdout) != 0 && status == CLI_EXIT_OK)
-        return cli_error("writing to standard output: %s", strerror(errno));
-    return status;
+    return flushed(c->run(argc - 1, argv + 1));
 }

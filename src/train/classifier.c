@@ -287,7 +287,16 @@ static int classifier_evaluate(trainer *t, ac_metric_point *p, ac_err *err)
 
 static int classifier_check_options(const ac_train_options *o, ac_err *err)
 {
-    return trainer_check_labelled(o->train, "the training data", err);
+    if (trainer_check_labelled(o->train, "the training data", err))
+        return -1;
+    /* An id or a text read as the label: nearly every row a class of its own. */
+    const ac_rawdata *d = o->train;
+    if ((int64_t)d->n_classes * 2 > d->n_rows)
+        return ac_err_set(err, "%s: %d different labels in %lld rows; a class needs many rows "
+                               "(is the label column the right one?)",
+                          o->train_path ? o->train_path : "the training data", d->n_classes,
+                          (long long)d->n_rows);
+    return 0;
 }
 
 static int classifier_prepare_config(trainer *t, ac_err *err)

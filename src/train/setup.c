@@ -264,6 +264,10 @@ static int setup_fresh(trainer *t, ac_err *err)
                            tc->vocab_max, tc->min_count, specials, err))
             return ac_err_prefix(err, "building the vocabulary");
         t->have_vocab = 1;
+        if (t->vocab.size <= ac_vocab_n_specials(&t->vocab))
+            return ac_err_set(err, "no word occurs %lld or more times in the training rows "
+                                   "(training.min_count): the vocabulary would be empty",
+                              (long long)tc->min_count);
     }
     t->cfg.model.vocab_size = t->vocab.size;
     t->cfg.model.n_classes = labelled ? o->train->n_classes : 0;
