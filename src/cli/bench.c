@@ -99,8 +99,8 @@ static int parse_bench_options(int argc, char **argv, bench_options *o)
             break;
         case 'L':
             if (cli_parse_int(optarg, 1, 1 << 20, &o->max_len) != 0)
-                return cli_usage_error("bench", "--max-len: '%s' is not a positive integer",
-                                       optarg);
+                return cli_usage_error("bench", "--max-len: '%s' is not an integer in 1..%d",
+                                       optarg, 1 << 20);
             break;
         case 'T':
             if (cli_parse_int(optarg, 1, 4096, &o->threads) != 0)
@@ -109,7 +109,7 @@ static int parse_bench_options(int argc, char **argv, bench_options *o)
             break;
         case 's':
             if (cli_parse_int(optarg, 0, 100000000, &o->steps) != 0)
-                return cli_usage_error("bench", "--steps: '%s' is not a non-negative integer",
+                return cli_usage_error("bench", "--steps: '%s' is not an integer in 0..100000000",
                                        optarg);
             break;
         case 'd': o->data_path = optarg; break;
