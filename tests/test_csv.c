@@ -121,6 +121,14 @@ static void read_fails(const char *path, const ac_read_options *o, long long lin
 static const ac_read_options LABELLED = {.need_label = 1};
 static const ac_read_options UNLABELLED = {.need_label = 0};
 
+/* Writes len bytes as t/name and expects reading it to fail: read_fails. */
+static void bytes_fail(const tmpdir *t, const char *name, const void *bytes, size_t len,
+                       const ac_read_options *o, long long line, const char *const *words)
+{
+    write_bytes(join(t, name), bytes, len);
+    read_fails(join(t, name), o, line, words);
+}
+
 /* ------------------------------------------------------------ RFC 4180 & lines */
 
 static const char *const QUOTED_TEXTS[] = {"first line\nsecond line", "one, two",
@@ -406,12 +414,11 @@ START_TEST(test_missing_columns)
     tmpdir t;
     tmpdir_make(&t);
     const char twice[] = "review,Review,sentiment\nx,good film,pos\nx,bad film,neg\n";
-    write_bytes(join(&t, "twice.csv"), twice, sizeof twice - 1);
-    read_fails(join(&t, "twice.csv"), &LABELLED, 1,
+    bytes_fail(&t, "twice.csv", twice, sizeof twice - 1, &LABELLED, 1,
                WORDS("names column 'review' twice (columns 1 and 2)", "rename one"));
     const char labels_twice[] = "text,label,label\ngood film,pos,x\nbad film,neg,y\n";
-    write_bytes(join(&t, "labels_twice.csv"), labels_twice, sizeof labels_twice - 1);
-    read_fails(join(&t, "labels_twice.csv"), &LABELLED, 1, WORDS("'label' twice (columns 2 and 3)"));
+    bytes_fail(&t, "labels_twice.csv", labels_twice, sizeof labels_twice - 1, &LABELLED, 1,
+               WORDS("'label' twice (columns 2 and 3)"));
     const char unused[] = "id,id,text,label\n1,2,good film,pos\n3,4,bad film,neg\n";
     write_bytes(join(&t, "unused_twice.csv"), unused, sizeof unused - 1);
     ac_rawdata d;
@@ -533,20 +540,17 @@ START_TEST(test_label_errors)
     tmpdir t;
     tmpdir_make(&t);
     const char nul[] = "review,sentiment\ngood,pos\nbad,ne\0g\n";
-    write_bytes(join(&t, "nul_label.csv"), nul, sizeof nul - 1);
-    read_fails(join(&t, "nul_label.csv"), &LABELLED, 3, WORDS("label", "NUL"));
+    bytes_fail(&t, "nul_label.csv", nul, sizeof nul - 1, &LABELLED, 3, WORDS("label", "NUL"));
     const char bad[] = "review,sentiment\ngood,pos\nbad,n\xff\n";
-    write_bytes(join(&t, "utf8_label.csv"), bad, sizeof bad - 1);
-    read_fails(join(&t, "utf8_label.csv"), &LABELLED, 3, WORDS("label", "not valid UTF-8"));
+    bytes_fail(&t, "utf8_label.csv", bad, sizeof bad - 1, &LABELLED, 3,
+               WORDS("label", "not valid UTF-8"));
     /* predict writes LABEL TAB PROBABILITY, one line a text: a label with a
      * line break or a tab would break every line it is on */
     const char nl[] = "review,sentiment\ngood,pos\nbad,\"very\nbad\"\n";
-    write_bytes(join(&t, "nl_label.csv"), nl, sizeof nl - 1);
-    read_fails(join(&t, "nl_label.csv"), &LABELLED, 3,
+    bytes_fail(&t, "nl_label.csv", nl, sizeof nl - 1, &LABELLED, 3,
                WORDS("label 'very?bad'", "a label must be one line of text"));
     const char tab[] = "review,sentiment\ngood,\"po\ts\"\n";
-    write_bytes(join(&t, "tab_label.csv"), tab, sizeof tab - 1);
-    read_fails(join(&t, "tab_label.csv"), &LABELLED, 2, WORDS("line break, tab"));
+    bytes_fail(&t, "tab_label.csv", tab, sizeof tab - 1, &LABELLED, 2, WORDS("line break, tab"));
 
     /* a column with a thousand different values is not a label column */
     FILE *f = fopen(join(&t, "many.csv"), "w");
@@ -610,10 +614,9 @@ START_TEST(test_invalid_utf8_and_nul)
      * named as such, not read as a header of odd column names */
     const char le_bom[] = "\xFF\xFEr\0e\0v\0i\0e\0w\0,\0l\0a\0b\0e\0l\0\r\0\n\0";
     const char be[] = "\0r\0e\0v\0i\0e\0w\0,\0l\0a\0b\0e\0l\0\n";
-    write_bytes(join(&t, "le.csv"), le_bom, sizeof le_bom - 1);
-    write_bytes(join(&t, "be.csv"), be, sizeof be - 1);
-    read_fails(join(&t, "le.csv"), &LABELLED, 1, WORDS("the file is UTF-16", "save it as UTF-8"));
-    read_fails(join(&t, "be.csv"), &LABELLED, 1, WORDS("the file is UTF-16"));
+    bytes_fail(&t, "le.csv", le_bom, sizeof le_bom - 1, &LABELLED, 1,
+               WORDS("the file is UTF-16", "save it as UTF-8"));
+    bytes_fail(&t, "be.csv", be, sizeof be - 1, &LABELLED, 1, WORDS("the file is UTF-16"));
     tmpdir_remove(&t);
 }
 END_TEST
@@ -1040,8 +1043,8 @@ START_TEST(test_tab_separated)
     ck_assert_int_eq(d.n_rows, 1);
     ck_assert_str_eq(ac_rawdata_text(&d, 0), "I \"love\" it");
     ac_rawdata_free(&d);
-    write_bytes(join(&t, "one.csv"), one, sizeof one - 1);
-    read_fails(join(&t, "one.csv"), &UNLABELLED, 2, WORDS("quote inside an unquoted field"));
+    bytes_fail(&t, "one.csv", one, sizeof one - 1, &UNLABELLED, 2,
+               WORDS("quote inside an unquoted field"));
 
     /* Rows of 100 bytes across many reads of 64 KiB. */
     size_t cap = 3000 * 110 + 32, n = 0;
@@ -1080,12 +1083,11 @@ START_TEST(test_tab_separated)
 
     /* A tab in a text cannot be told from a separator: the line is named. */
     const char extra[] = "text\tlabel\nfine\tpos\nsplit\ttext\tneg\n";
-    write_bytes(join(&t, "extra.tsv"), extra, sizeof extra - 1);
-    read_fails(join(&t, "extra.tsv"), &LABELLED, 3,
+    bytes_fail(&t, "extra.tsv", extra, sizeof extra - 1, &LABELLED, 3,
                WORDS("row has 3 field(s), the header has 2", "cannot hold tabs"));
     const char missing[] = "text\tlabel\nfine\tpos\n\nno label\n";
-    write_bytes(join(&t, "missing.tsv"), missing, sizeof missing - 1);
-    read_fails(join(&t, "missing.tsv"), &LABELLED, 4, WORDS("row has 1 field(s), the header has 2"));
+    bytes_fail(&t, "missing.tsv", missing, sizeof missing - 1, &LABELLED, 4,
+               WORDS("row has 1 field(s), the header has 2"));
     tmpdir_remove(&t);
 }
 END_TEST
@@ -1105,8 +1107,8 @@ START_TEST(test_semicolon_and_comma)
     ck_assert_int_eq(d.line[0], 3);
     ac_rawdata_free(&d);
     const char semi_bad[] = "text;label\na;b;pos\n";
-    write_bytes(join(&t, "sb.csv"), semi_bad, sizeof semi_bad - 1);
-    read_fails(join(&t, "sb.csv"), &LABELLED, 2, WORDS("semicolon must be quoted"));
+    bytes_fail(&t, "sb.csv", semi_bad, sizeof semi_bad - 1, &LABELLED, 2,
+               WORDS("semicolon must be quoted"));
 
     write_and_read(&d, &t, "c.tsv", "\"a;b\",text,label\n1,tabs\there; and there,pos\n2,x,neg\n",
                    &LABELLED);
