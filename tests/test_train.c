@@ -1971,6 +1971,33 @@ START_TEST(test_cli_pretrain_and_init)
     ck_assert_int_eq(run_status(cmd), 0);
     free(cmd);
 
+    /* A run from the encoder, stopped and resumed, refits from the encoder
+     * too: the same bytes as the run left alone (the resumed refit used to
+     * start from random weights and a vocabulary of its own). */
+    const char *refit_run = "--epochs 3 --patience 0 --refit 1 --batch-size 8 --threads 1 --quiet";
+    char *whole = test_path(dir, "whole"), *parts = test_path(dir, "parts");
+    ck_assert_int_ge(asprintf(&cmd, "%s train --init %s " TINY_CSV " --out %s %s", bin, mlm,
+                              whole, refit_run),
+                     0);
+    expect_cli(cmd, 0, NULL);
+    free(cmd);
+    ck_assert_int_ge(asprintf(&cmd, "%s train --init %s " TINY_CSV " --out %s %s --max-steps 3",
+                              bin, mlm, parts, refit_run),
+                     0);
+    expect_cli(cmd, 0, NULL);
+    free(cmd);
+    ck_assert_int_ge(asprintf(&cmd, "%s train --resume %s --threads 1 --quiet", bin, parts), 0);
+    expect_cli(cmd, 0, NULL);
+    free(cmd);
+    ck_assert_int_ge(asprintf(&cmd, "cmp -s %s/model.safetensors %s/model.safetensors && cmp -s "
+                                    "%s/vocab.txt %s/vocab.txt",
+                              whole, parts, whole, parts),
+                     0);
+    ck_assert_msg(run_status(cmd) == 0, "resumed run from --init differs: %s", cmd);
+    free(cmd);
+    free(whole);
+    free(parts);
+
     /* option gating and values */
     static const struct {
         const char *args, *needle;

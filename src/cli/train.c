@@ -516,6 +516,7 @@ static int run_training(cli_training_kind kind, int argc, char **argv, const cli
     memset(&train, 0, sizeof train);
     memset(&val, 0, sizeof val);
     int have_train = 0, have_val = 0, have_handlers = 0, out_lock = -1;
+    char *init_dir = NULL;
     saved_signals saved;
     ac_config_defaults(&cfg);
     const char *unlabelled = NULL;
@@ -600,6 +601,12 @@ static int run_training(cli_training_kind kind, int argc, char **argv, const cli
         rc = 0;
         goto done;
     }
+    /* Absolute, as recorded in config.json: a resumed run's refit starts
+     * from it again, from whatever working directory. */
+    if (a.v[OPT_INIT].set && !(init_dir = realpath(a.v[OPT_INIT].s, NULL))) {
+        rc = cli_error("%s: %s", a.v[OPT_INIT].s, strerror(errno));
+        goto done;
+    }
     cli_progress progress;
     cli_progress_init(&progress, quiet);
     ac_train_options to = {
@@ -621,7 +628,7 @@ static int run_training(cli_training_kind kind, int argc, char **argv, const cli
         .text_paths = kind == CLI_PRETRAIN ? (const char *const *)a.paths : NULL,
         .n_text_paths = kind == CLI_PRETRAIN ? a.n_paths : 0,
         .text_format = (ac_text_format)a.v[OPT_FORMAT].i,
-        .init_dir = a.v[OPT_INIT].set ? a.v[OPT_INIT].s : NULL,
+        .init_dir = init_dir,
         .n_pseudo = teachers ? pseudo.n_kept : 0,
         .unlabelled_path = unlabelled,
         .teachers = teachers,
@@ -681,6 +688,7 @@ done:
         rmdir(out_dir); /* only succeeds when empty */
     if (out_lock >= 0)
         close(out_lock);
+    free(init_dir);
     if (have_handlers)
         restore_signals(&saved);
     if (have_train)

@@ -131,6 +131,10 @@ int ac_train_refit(const ac_train_options *selection, const ac_refit_plan *plan,
     o.resume = 0;
     o.max_steps = 0;
     o.drop_finished_state = 1;
+    /* A run started from a pretrained encoder starts its refit there too,
+     * also when it was resumed (the directory is in its provenance). */
+    if (!o.init_dir && cfg.provenance.init_model[0])
+        o.init_dir = cfg.provenance.init_model;
     int rc = ac_train(&o, res, err);
     if (rc == 0 && (res->status == AC_TRAIN_FINISHED || res->status == AC_TRAIN_EARLY_STOPPED)) {
         int failed = writer && (keep_temperature(dir, cfg.model.temperature, err) ||
