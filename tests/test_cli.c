@@ -1255,6 +1255,40 @@ START_TEST(test_bench_models)
 }
 END_TEST
 
+/* inspect --out replaces a regular file atomically, but writes through
+ * anything else: a symbolic link keeps pointing at its (rewritten) file, and
+ * /dev/stdout is the output, not a file put in its place. */
+START_TEST(test_inspect_out_special_files)
+{
+    char model[512], real[512], link[512];
+    model_dir(model, sizeof model);
+    work_path(real, sizeof real, "inspect-real.json");
+    work_path(link, sizeof link, "inspect-link.json");
+    write_file(real, "old\n");
+    unlink(link);
+    ck_assert_int_eq(symlink("inspect-real.json", link), 0); /* beside it */
+    const char *via_link[] = {"inspect", "--model", model, "--out", link, "good film", NULL};
+    result r = run(via_link);
+    ck_assert_msg(r.status == 0, "%s", r.err);
+    result_free(&r);
+    struct stat sb;
+    ck_assert_int_eq(lstat(link, &sb), 0);
+    ck_assert_msg(S_ISLNK(sb.st_mode), "the link was replaced by a file");
+    size_t len;
+    char *text = test_slurp(real, &len);
+    ck_assert_msg(strstr(text, "\"tokens\""), "%s", text);
+    free(text);
+    const char *to_stdout[] = {"inspect", "--model", model, "--format", "json", "--out",
+                               "/dev/stdout", "good film", NULL};
+    r = run(to_stdout);
+    ck_assert_msg(r.status == 0, "%s", r.err);
+    ck_assert_msg(strstr(r.out, "\"tokens\""), "%s", r.out);
+    result_free(&r);
+    unlink(link);
+    unlink(real);
+}
+END_TEST
+
 /* A copy of the model in src whose tensor `name` holds +Inf everywhere. */
 static void poisoned_copy(const char *src, const char *dst, const char *name)
 {
@@ -1716,6 +1750,7 @@ int main(void)
         tcase_add_test(tc, test_quantize_check_matches_eval);
         tcase_add_test(tc, test_quantize_check_reads_once);
         tcase_add_test(tc, test_broken_weights);
+        tcase_add_test(tc, test_inspect_out_special_files);
         tcase_add_test(tc, test_predict_wordless_lines);
         tcase_add_test(tc, test_threads_same_bytes);
     }

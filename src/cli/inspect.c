@@ -1,5 +1,6 @@
 /* attnctl inspect: runs one review through the model and dumps or draws its
  * attention maps (JSON, SVG, HTML, or shaded text in the terminal). */
+#include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
@@ -7,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "attnctl/attribution.h"
@@ -54,7 +56,8 @@ static const char usage_text[] =
     "                   1 %, up to 16384 steps or 2^20 steps x tokens (at least 1024)\n"
     "  --layer L        only layer L (counted from 0)\n"
     "  --head H         only head H (counted from 0)\n"
-    "  --out FILE       write to FILE (replaced atomically) instead of standard output\n"
+    "  --out FILE       write to FILE instead of standard output (a file is replaced\n"
+    "                   atomically; a device, FIFO or /dev/stdout is written to)\n"
     "  --threads N      threads to use (default: all cores)\n"
     "  -h, --help       show this help\n"
     "\n"
@@ -224,16 +227,43 @@ static void pooled_weights(inspect_data *d, const ac_model *m, char *measure, si
     }
 }
 
+/* --out FILE: a regular file (or a new one) is replaced atomically, through
+ * a symbolic link the file it names; anything else (a device, a FIFO,
+ * /dev/stdout) is written as it is, never replaced by a file. */
+static int write_out_file(const ac_strbuf *buf, const char *path)
+{
+    ac_err err = {{0}};
+    struct stat link, target;
+    const int exists = lstat(path, &link) == 0, resolves = stat(path, &target) == 0;
+    if (resolves && S_ISDIR(target.st_mode))
+        return cli_error("inspect: --out %s is a directory", path);
+    if (!exists || S_ISREG(link.st_mode)) {
+        if (ac_write_file_atomic(path, buf->data, buf->len, &err) != 0)
+            return cli_error("inspect: %s", err.msg);
+        return CLI_EXIT_OK;
+    }
+    if (S_ISLNK(link.st_mode) && resolves && S_ISREG(target.st_mode)) {
+        char *real = realpath(path, NULL);
+        if (!real)
+            return cli_error("inspect: %s: %s", path, strerror(errno));
+        int rc = ac_write_file_atomic(real, buf->data, buf->len, &err);
+        free(real);
+        return rc == 0 ? CLI_EXIT_OK : cli_error("inspect: %s", err.msg);
+    }
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return cli_error("inspect: %s: cannot open: %s", path, strerror(errno));
+    int ok = fwrite(buf->data, 1, buf->len, f) == buf->len;
+    ok = (fclose(f) == 0) && ok;
+    return ok ? CLI_EXIT_OK : cli_error("inspect: %s: cannot write: %s", path, strerror(errno));
+}
+
 static int write_output(const ac_strbuf *buf, const char *out_path)
 {
     if (buf->failed)
         return cli_error("inspect: out of memory while rendering");
-    if (out_path) {
-        ac_err err = {{0}};
-        if (ac_write_file_atomic(out_path, buf->data, buf->len, &err) != 0)
-            return cli_error("inspect: %s", err.msg);
-        return CLI_EXIT_OK;
-    }
+    if (out_path)
+        return write_out_file(buf, out_path);
     if (fwrite(buf->data, 1, buf->len, stdout) != buf->len || fflush(stdout) != 0)
         return cli_error("inspect: cannot write to standard output");
     return CLI_EXIT_OK;
