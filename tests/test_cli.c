@@ -1531,6 +1531,51 @@ static void write_classes_csv(const char *path, int C, int rows)
 /* eval's confusion matrix stays readable in a terminal with many classes:
  * numbered columns for 30, the most frequent confusions for 100; never a
  * line wider than about 120 characters. */
+/* eval's tables pad labels by the columns they take on a terminal, not by
+ * their bytes: accented and CJK labels keep the columns straight. */
+START_TEST(test_eval_wide_labels)
+{
+    char csv[512], out[512];
+    work_path(csv, sizeof csv, "wide-labels.csv");
+    work_path(out, sizeof out, "wide-labels");
+    FILE *f = fopen(csv, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "text,label\n");
+    const char *labels[] = {"n\xc3\xa9gatif", "tr\xc3\xa8s positif", "\xe7\xa9\x8d\xe6\xa5\xb5"};
+    const char *words[] = {"awful", "superb", "fine"};
+    for (int i = 0; i < 60; i++)
+        fprintf(f, "a %s film number %d,%s\n", words[i % 3], i, labels[i % 3]);
+    ck_assert_int_eq(fclose(f), 0);
+    rm_rf(out);
+    const char *train[] = {"train", csv, "--out", out, "--d-model", "16", "--heads", "2", "--ff",
+                           "32", "--epochs", "1", "--wide-buckets", "1024", "--threads", "1",
+                           "--quiet", NULL};
+    result t = run(train);
+    ck_assert_msg(t.status == 0, "status %d: %s", t.status, t.err);
+    result_free(&t);
+    const char *eval[] = {"eval", "--model", out, csv, NULL};
+    result r = run(eval);
+    ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
+    /* the widest label, "tr\xc3\xa8s positif", takes 12 columns, then 2
+     * spaces and a figure right-aligned in 9 ("   1.0000"): the CJK label
+     * (two wide characters: 4 columns, 6 bytes) is followed by 13 spaces,
+     * "n\xc3\xa9gatif" (7 columns, 8 bytes) by 10 */
+    static const struct {
+        const char *label;
+        int spaces;
+    } rows[] = {{"\xe7\xa9\x8d\xe6\xa5\xb5", 13}, {"n\xc3\xa9gatif", 10}, {"tr\xc3\xa8s positif", 5}};
+    for (int i = 0; i < 3; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "\n%s%*s", rows[i].label, rows[i].spaces, "");
+        const char *at = strstr(r.out, want);
+        ck_assert_msg(at && (at[strlen(want)] == '0' || at[strlen(want)] == '1'), "%s: %s",
+                      rows[i].label, r.out);
+    }
+    result_free(&r);
+    rm_rf(out);
+}
+END_TEST
+
 START_TEST(test_eval_many_classes)
 {
     static const int counts[] = {30, 100};
@@ -1729,6 +1774,7 @@ int main(void)
     tcase_add_test(tc, test_format_reader_matches_every_preset);
     tcase_add_test(tc, test_train_fixture);
     tcase_add_test(tc, test_eval_many_classes);
+    tcase_add_test(tc, test_eval_wide_labels);
     tcase_add_test(tc, test_train_label_slips);
     tcase_add_test(tc, test_train_from_pipe_and_busy_out);
     tcase_add_test(tc, test_train_data_mistakes);

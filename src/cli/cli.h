@@ -3,6 +3,7 @@
 #define ATTNCTL_CLI_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #define CLI_EXIT_OK 0
 #define CLI_EXIT_RUNTIME 1
@@ -47,6 +48,11 @@ int cli_bench_models(const char *const *dirs, int n, const char *data_path, int 
 int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* "attnctl CMD: ..." plus "Try 'attnctl CMD --help'." on stderr; returns CLI_EXIT_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Columns a UTF-8 string takes on a terminal (a wide character counts 2, a
+ * combining mark 0; a byte that is not UTF-8 counts 1). */
+int cli_display_width(const char *s);
+/* s padded with spaces to width columns (right-aligned with align_right). */
+void cli_print_padded(FILE *f, const char *s, int width, int align_right);
 /* Parse helpers: 0 ok, -1 not a valid number in range. */
 int cli_parse_int(const char *s, long lo, long hi, long *out);
 int cli_parse_double(const char *s, double lo, double hi, double *out);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 #include "cli.h"
 
@@ -104,4 +105,32 @@ void cli_block_stop_signals(int block)
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGUSR1); /* mpirun forwards it to every process (not SIGINT) */
     sigprocmask(block ? SIG_BLOCK : SIG_UNBLOCK, &set, NULL);
+}
+
+int cli_display_width(const char *s)
+{
+    const utf8proc_uint8_t *p = (const utf8proc_uint8_t *)s;
+    int width = 0;
+    while (*p) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t n = utf8proc_iterate(p, -1, &cp);
+        if (n <= 0) {
+            width++;
+            p++;
+            continue;
+        }
+        width += utf8proc_charwidth(cp);
+        p += n;
+    }
+    return width;
+}
+
+void cli_print_padded(FILE *f, const char *s, int width, int align_right)
+{
+    int pad = width - cli_display_width(s);
+    if (align_right)
+        fprintf(f, "%*s", pad > 0 ? pad : 0, "");
+    fputs(s, f);
+    if (!align_right)
+        fprintf(f, "%*s", pad > 0 ? pad : 0, "");
 }

@@ -240,7 +240,7 @@ static int max_label_width(char *const *labels, int C, int at_least)
 {
     int w = at_least;
     for (int c = 0; c < C; c++) {
-        int len = (int)strlen(labels[c]);
+        int len = cli_display_width(labels[c]);
         if (len > w)
             w = len;
     }
@@ -271,11 +271,13 @@ static void print_confusion(ac_metrics *m, char *const *labels, int C, int w)
     const int cw = max_label_width(labels, C, 8);
     if (w + C * (cw + 2) <= TABLE_COLUMNS) {
         printf("\nconfusion matrix (rows = true, columns = predicted)\n%-*s", w, "");
-        for (int j = 0; j < C; j++)
-            printf("  %*s", cw, labels[j]);
+        for (int j = 0; j < C; j++) {
+            fputs("  ", stdout);
+            cli_print_padded(stdout, labels[j], cw, 1);
+        }
         putchar('\n');
         for (int c = 0; c < C; c++) {
-            printf("%-*s", w, labels[c]);
+            cli_print_padded(stdout, labels[c], w, 0);
             for (int j = 0; j < C; j++)
                 printf("  %*lld", cw, (long long)ac_metrics_confusion(m, c, j));
             putchar('\n');
@@ -364,9 +366,11 @@ static void print_table(const eval_options *o, const cli_infer *s, ac_metrics *m
 
     int w = max_label_width(labels, C, 9);
     printf("\n%-*s  precision  recall      f1  support\n", w, "class");
-    for (int c = 0; c < C; c++)
-        printf("%-*s  %9.4f  %6.4f  %6.4f  %7lld\n", w, labels[c], ac_metrics_precision(m, c),
+    for (int c = 0; c < C; c++) {
+        cli_print_padded(stdout, labels[c], w, 0);
+        printf("  %9.4f  %6.4f  %6.4f  %7lld\n", ac_metrics_precision(m, c),
                ac_metrics_recall(m, c), ac_metrics_f1(m, c), (long long)ac_metrics_support(m, c));
+    }
     printf("%-*s  %9s  %6s  %6.4f  %7lld\n", w, "macro avg", "", "", ac_metrics_macro_f1(m),
            (long long)r->count);
 
@@ -384,9 +388,11 @@ static void print_table(const eval_options *o, const cli_infer *s, ac_metrics *m
         for (int64_t i = 0; i < r->n_wrong && i < n_errors; i++) {
             const wrong_example *e = &r->wrong[i];
             excerpt_of(excerpt, raw, e->row);
-            printf("  line %-7lld true %-*s predicted %-*s p=%.4f  %s\n",
-                   (long long)raw->line[e->row], w, labels[raw->labels[e->row]], w,
-                   labels[e->predicted], e->probability, excerpt);
+            printf("  line %-7lld true ", (long long)raw->line[e->row]);
+            cli_print_padded(stdout, labels[raw->labels[e->row]], w, 0);
+            fputs(" predicted ", stdout);
+            cli_print_padded(stdout, labels[e->predicted], w, 0);
+            printf(" p=%.4f  %s\n", e->probability, excerpt);
             if (o->attribution != AC_ATTR_NONE) {
                 printf("               pushed toward %s by:", labels[e->predicted]);
                 for (int k = 0; k < e->n_pushed; k++)

@@ -6,28 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <utf8proc.h>
-
+#include "cli.h"
 #include "render.h"
-
-/* Columns a valid UTF-8 string takes on a terminal (wide characters count 2). */
-static int display_width(const char *s)
-{
-    const utf8proc_uint8_t *p = (const utf8proc_uint8_t *)s;
-    int width = 0;
-    while (*p) {
-        utf8proc_int32_t cp;
-        utf8proc_ssize_t n = utf8proc_iterate(p, -1, &cp);
-        if (n <= 0) { /* cannot happen for sanitised tokens; count the byte */
-            width++;
-            p++;
-            continue;
-        }
-        width += utf8proc_charwidth(cp);
-        p += n;
-    }
-    return width;
-}
 
 /* Nearest entry of the xterm 6x6x6 colour cube. */
 static int xterm_cube_index(const unsigned char rgb[3])
@@ -74,7 +54,7 @@ static void text_tokens(ac_strbuf *out, const inspect_view *v, render_colour_mod
                 close = ">";
             }
         }
-        int w = display_width(v->tokens[i]) + (int)strlen(number) + (int)strlen(open) + (int)strlen(close);
+        int w = cli_display_width(v->tokens[i]) + (int)strlen(number) + (int)strlen(open) + (int)strlen(close);
         if (column > 0 && column + 1 + w > width) {
             ac_strbuf_puts(out, "\n");
             column = 0;
