@@ -1385,6 +1385,19 @@ START_TEST(test_quantize_check_reads_once)
     ck_assert_msg(strstr(p.out, "/dev/stdin: 3 rows") && strstr(p.out, "agreement  "), "%s", p.out);
     result_free(&p);
     nftw(qdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    /* other column names, as eval and predict --csv take them */
+    const char *other = "body,stars\na wonderful film,positive\ndull and far too long,negative\n";
+    char data[512];
+    work_path(data, sizeof data, "check-other-columns.csv");
+    write_file(data, other);
+    const char *named[] = {"quantize", "--model", model, "--out", qdir, "--check", "/dev/stdin",
+                           "--data", data, "--text-column", "body", "--label-column", "stars",
+                           NULL};
+    p = run_with_input(named, other, strlen(other));
+    ck_assert_msg(p.status == 0, "status %d, stderr: %s", p.status, p.err);
+    ck_assert_msg(strstr(p.out, "/dev/stdin: 2 rows"), "%s", p.out);
+    result_free(&p);
+    nftw(qdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 END_TEST
 

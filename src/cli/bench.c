@@ -52,6 +52,7 @@ static const char BENCH_USAGE[] =
     "  --steps S            steps per timed repetition (default: enough for ~3 s per\n"
     "                       measurement); 0 skips the model measurements\n"
     "  --data FILE          also time the text pipeline on this CSV[.gz]\n"
+    "  --text-column C      the text column of --data (default: review, text or sentence)\n"
     "  --model DIR          instead: the inference speed of this trained (or quantized)\n"
     "                       model on the reviews of --data, as eval and predict run them\n"
     "                       (reviews/s, tokens/s, GOP/s of the matrix products as\n"
@@ -63,7 +64,7 @@ static const char BENCH_USAGE[] =
     "  --help               show this help\n";
 
 typedef struct {
-    const char *config_path, *data_path;
+    const char *config_path, *data_path, *text_column;
     long batch_size, max_len, threads, steps;
     int json;
     const char *models[CLI_BENCH_MAX_MODELS];
@@ -79,6 +80,7 @@ static int parse_bench_options(int argc, char **argv, bench_options *o)
         {"threads", required_argument, NULL, 'T'},
         {"steps", required_argument, NULL, 's'},
         {"data", required_argument, NULL, 'd'},
+        {"text-column", required_argument, NULL, 't'},
         {"json", no_argument, NULL, 'j'},
         {"model", required_argument, NULL, 'M'},
         {"help", no_argument, NULL, 'h'},
@@ -113,6 +115,7 @@ static int parse_bench_options(int argc, char **argv, bench_options *o)
                                        optarg);
             break;
         case 'd': o->data_path = optarg; break;
+        case 't': o->text_column = optarg; break;
         case 'j': o->json = 1; break;
         case 'M':
             if (o->n_models == CLI_BENCH_MAX_MODELS)
@@ -282,7 +285,8 @@ typedef struct {
     double read_s, vocab_s, encode_s, total_s;
 } text_timing;
 
-static int bench_text(const char *path, const ac_config *cfg, text_timing *tt, ac_err *err)
+static int bench_text(const char *path, const char *text_column, const ac_config *cfg,
+                      text_timing *tt, ac_err *err)
 {
     memset(tt, 0, sizeof *tt);
     ac_rawdata raw;
@@ -294,7 +298,7 @@ static int bench_text(const char *path, const ac_config *cfg, text_timing *tt, a
     int threads = omp_get_max_threads();
     omp_set_num_threads(1); /* the pipeline's single-thread speed */
     int rc = -1;
-    ac_read_options ro = {.need_label = 0};
+    ac_read_options ro = {.text_column = text_column, .need_label = 0};
     double t0 = ac_now_s();
     if (ac_rawdata_read(&raw, path, &ro, err) != 0)
         goto done;
@@ -473,7 +477,7 @@ int cmd_bench(int argc, char **argv)
         return rc < 0 ? CLI_EXIT_OK : rc;
     cli_set_threads((int)o.threads);
     if (o.n_models > 0)
-        return cli_bench_models(o.models, o.n_models, o.data_path, o.json);
+        return cli_bench_models(o.models, o.n_models, o.data_path, o.text_column, o.json);
 
     ac_err err = {{0}};
     ac_config cfg;
@@ -550,7 +554,7 @@ int cmd_bench(int argc, char **argv)
         ac_model_free(&m);
     }
     if (o.data_path) {
-        if (bench_text(o.data_path, &cfg, &r.text, &err) != 0) {
+        if (bench_text(o.data_path, o.text_column, &cfg, &r.text, &err) != 0) {
             cli_error("%s", err.msg);
             goto done;
         }

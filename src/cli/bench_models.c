@@ -81,7 +81,8 @@ static int count_batch(void *user, const cli_infer *s, const cli_infer_batch *b)
 
 /* One pass over the rows of data_path (file order, batches of 32, a window
  * of batches at a time as predict runs them) after one window of warm-up. */
-static int measure_model(model_speed *r, const char *dir, const char *data_path, ac_err *err)
+static int measure_model(model_speed *r, const char *dir, const char *data_path,
+                         const char *text_column, ac_err *err)
 {
     cli_infer s;
     ac_rawdata raw;
@@ -99,7 +100,7 @@ static int measure_model(model_speed *r, const char *dir, const char *data_path,
                     : "f32";
     r->file_mb = file_mb(dir);
     int rc = -1;
-    if (cli_infer_read_csv(&s, data_path, 0, &raw, &corpus, &plan, err) != 0)
+    if (cli_infer_read_csv(&s, data_path, text_column, NULL, 0, &raw, &corpus, &plan, err) != 0)
         goto done;
     if (corpus.n == 0) {
         ac_err_set(err, "%s: no rows", data_path);
@@ -127,7 +128,8 @@ done:
     return rc;
 }
 
-int cli_bench_models(const char *const *dirs, int n, const char *data_path, int json)
+int cli_bench_models(const char *const *dirs, int n, const char *data_path,
+                     const char *text_column, int json)
 {
     if (!data_path)
         return cli_usage_error("bench", "--model needs --data FILE.csv (the reviews to run)");
@@ -136,7 +138,7 @@ int cli_bench_models(const char *const *dirs, int n, const char *data_path, int 
     machine_peak mp;
     cli_machine_peak(&mp);
     for (int i = 0; i < n; i++) {
-        if (measure_model(&r[i], dirs[i], data_path, &err) != 0)
+        if (measure_model(&r[i], dirs[i], data_path, text_column, &err) != 0)
             return cli_error("%s", err.msg);
         model_peak(&r[i], &mp);
     }

@@ -42,7 +42,8 @@ int cli_cpu_has_flag(const char *flag); /* of the first CPU in /proc/cpuinfo */
 /* bench --model: the inference speed of up to CLI_BENCH_MAX_MODELS model
  * directories on the reviews of data_path (src/cli/bench_models.c). */
 #define CLI_BENCH_MAX_MODELS 8
-int cli_bench_models(const char *const *dirs, int n, const char *data_path, int json);
+int cli_bench_models(const char *const *dirs, int n, const char *data_path,
+                     const char *text_column, int json);
 
 /* "attnctl: error: ..." on stderr; returns CLI_EXIT_RUNTIME. */
 int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -133,13 +133,16 @@ void cli_infer_close(cli_infer *s)
     memset(s, 0, sizeof *s);
 }
 
-int cli_infer_read_csv(cli_infer *s, const char *path, int need_label, ac_rawdata *raw,
+int cli_infer_read_csv(cli_infer *s, const char *path, const char *text_column,
+                       const char *label_column, int need_label, ac_rawdata *raw,
                        ac_corpus *corpus, ac_batch_plan *plan, ac_err *err)
 {
     memset(raw, 0, sizeof *raw);
     memset(corpus, 0, sizeof *corpus);
     memset(plan, 0, sizeof *plan);
-    ac_read_options ro = {.need_label = need_label};
+    ac_read_options ro = {.text_column = text_column,
+                          .label_column = need_label ? label_column : NULL,
+                          .need_label = need_label};
     if (need_label) {
         ro.classes = s->md.config.labels;
         ro.n_classes = s->md.config.n_labels;

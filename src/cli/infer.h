@@ -53,11 +53,13 @@ typedef int (*cli_infer_batch_fn)(void *user, const cli_infer *s, const cli_infe
 int cli_infer_run_plan(cli_infer *s, const ac_corpus *corpus, const ac_batch_plan *plan,
                        int with_labels, cli_infer_batch_fn on_batch, void *user, ac_err *err);
 void cli_infer_close(cli_infer *s);
-/* Reads a CSV[.gz] (need_label: its labels, in the model's classes) and
- * encodes it for the model: *raw, *corpus and a plan of batches of
- * s->batch_size rows in file order (all zeroed first; the caller frees
- * them, also after an error, which names the file). */
-int cli_infer_read_csv(cli_infer *s, const char *path, int need_label, ac_rawdata *raw,
+/* Reads a CSV[.gz] (need_label: its labels, in the model's classes; the
+ * columns named, or NULL for the default names) and encodes it for the
+ * model: *raw, *corpus and a plan of batches of s->batch_size rows in file
+ * order (all zeroed first; the caller frees them, also after an error,
+ * which names the file). */
+int cli_infer_read_csv(cli_infer *s, const char *path, const char *text_column,
+                       const char *label_column, int need_label, ac_rawdata *raw,
                        ac_corpus *corpus, ac_batch_plan *plan, ac_err *err);
 
 /* The first max_words whitespace-separated words of text[0..len), joined by

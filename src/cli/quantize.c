@@ -19,6 +19,7 @@
 
 static const char QUANTIZE_USAGE[] =
     "usage: attnctl quantize --model DIR --out DIR2 [--cutoff N] [--data FILE] [--check FILE.csv]\n"
+    "                        [--text-column C] [--label-column C]\n"
     "\n"
     "Writes a smaller copy of the trained model in DIR into DIR2, which eval, predict,\n"
     "inspect and bench load as any model:\n"
@@ -39,11 +40,15 @@ static const char QUANTIZE_USAGE[] =
     "                   a wide row then weighs |w0 - w1| x (1 + the texts holding it),\n"
     "                   what it adds to decisions over them (default: by weight alone;\n"
     "                   the rows of the vocabulary's words are kept first either way)\n"
+    "  --text-column C  the text column of --check and --data (default: review, text\n"
+    "                   or sentence)\n"
+    "  --label-column C the label column of --check (default: sentiment, label or\n"
+    "                   polarity)\n"
     "  --threads N      threads for --check (default: all cores)\n"
     "  --help           show this help\n";
 
 typedef struct {
-    const char *model_dir, *out_dir, *check_path, *data_path;
+    const char *model_dir, *out_dir, *check_path, *data_path, *text_column, *label_column;
     long cutoff, threads;
 } quantize_options;
 
@@ -53,6 +58,7 @@ static int parse_options(int argc, char **argv, quantize_options *o)
         {"model", required_argument, NULL, 'm'}, {"out", required_argument, NULL, 'o'},
         {"cutoff", required_argument, NULL, 'k'}, {"check", required_argument, NULL, 'c'},
         {"data", required_argument, NULL, 'd'},
+        {"text-column", required_argument, NULL, 't'}, {"label-column", required_argument, NULL, 'l'},
         {"threads", required_argument, NULL, 'T'}, {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -67,10 +73,12 @@ static int parse_options(int argc, char **argv, quantize_options *o)
         case 'o': o->out_dir = optarg; break;
         case 'c': o->check_path = optarg; break;
         case 'd': o->data_path = optarg; break;
+        case 't': o->text_column = optarg; break;
+        case 'l': o->label_column = optarg; break;
         case 'k':
             if (cli_parse_int(optarg, 0, 1L << 30, &o->cutoff) != 0)
-                return cli_usage_error("quantize", "--cutoff: '%s' is not a non-negative integer",
-                                       optarg);
+                return cli_usage_error("quantize", "--cutoff: '%s' is not an integer in 0..%ld",
+                                       optarg, 1L << 30);
             break;
         case 'T':
             if (cli_parse_int(optarg, 1, 4096, &o->threads) != 0)
@@ -145,9 +153,9 @@ static int take_labels(void *user, const cli_infer *s, const cli_infer_batch *b)
 }
 
 /* The label the model in dir (which) predicts for every row of c. The first
- * call (which 0) reads and encodes csv into c; the second reuses it: a
+ * call (which 0) reads and encodes --check's file into c; the second reuses it: a
  * quantized model keeps its original's vocabulary and tokenizer. */
-static int predict_labels(const char *dir, const char *csv, int which, check_rows *c,
+static int predict_labels(const quantize_options *o, const char *dir, int which, check_rows *c,
                           ac_err *err)
 {
     cli_infer s;
@@ -155,7 +163,8 @@ static int predict_labels(const char *dir, const char *csv, int which, check_row
         return -1;
     int rc = -1;
     if (which == 0) {
-        if (cli_infer_read_csv(&s, csv, 1, &c->raw, &c->corpus, &c->plan, err) != 0)
+        if (cli_infer_read_csv(&s, o->check_path, o->text_column, o->label_column, 1, &c->raw,
+                               &c->corpus, &c->plan, err) != 0)
             goto done;
         c->truth = malloc(((size_t)c->corpus.n + 1) * sizeof *c->truth);
     }
@@ -175,7 +184,8 @@ done:
 
 /* uses[b]: how many rows of the CSV at path hold wide bucket b (as the
  * model in dir reads them). NULL with err on failure. */
-static uint32_t *wide_uses(const char *dir, const char *path, ac_err *err)
+static uint32_t *wide_uses(const char *dir, const char *path, const char *text_column,
+                           ac_err *err)
 {
     cli_infer s;
     ac_rawdata raw;
@@ -193,7 +203,7 @@ static uint32_t *wide_uses(const char *dir, const char *path, ac_err *err)
         ac_err_set(err, "--data: %s has no wide path to prune", dir);
         goto done;
     }
-    if (cli_infer_read_csv(&s, path, 0, &raw, &corpus, &plan, err) != 0)
+    if (cli_infer_read_csv(&s, path, text_column, NULL, 0, &raw, &corpus, &plan, err) != 0)
         goto done;
     uses = calloc((size_t)c->wide_buckets, sizeof *uses);
     buckets = malloc((size_t)s.max_len * (size_t)c->wide_order * sizeof *buckets);
@@ -253,7 +263,7 @@ int cmd_quantize(int argc, char **argv)
     memset(&check, 0, sizeof check);
     /* the --check file is read, and the model run on it, before anything is
      * written: a file that fails leaves no output */
-    if (o.check_path && predict_labels(o.model_dir, o.check_path, 0, &check, &err) != 0) {
+    if (o.check_path && predict_labels(&o, o.model_dir, 0, &check, &err) != 0) {
         check_rows_free(&check);
         return cli_error("%s", err.msg);
     }
@@ -263,7 +273,7 @@ int cmd_quantize(int argc, char **argv)
     }
     int kept = 0, rc = 0;
     uint32_t *uses = NULL;
-    if (o.data_path && !(uses = wide_uses(o.model_dir, o.data_path, &err)))
+    if (o.data_path && !(uses = wide_uses(o.model_dir, o.data_path, o.text_column, &err)))
         rc = -1;
     if (rc == 0)
         rc = ac_quantize_model_dir(o.model_dir, o.out_dir, (int)o.cutoff,
@@ -280,7 +290,7 @@ int cmd_quantize(int argc, char **argv)
            after > 0 ? before / after : 0.0, kept);
     rc = CLI_EXIT_OK;
     if (o.check_path) {
-        if (predict_labels(o.out_dir, o.check_path, 1, &check, &err) != 0)
+        if (predict_labels(&o, o.out_dir, 1, &check, &err) != 0)
             rc = cli_error("%s", err.msg);
         else
             print_agreement(o.check_path, &check);
