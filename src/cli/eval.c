@@ -513,14 +513,8 @@ int cmd_eval(int argc, char **argv)
         cli_error("%s", err.msg);
         return CLI_EXIT_RUNTIME;
     }
-    ac_read_options ro = {
-        .text_column = o.text_column,
-        .label_column = o.label_column,
-        .need_label = 1,
-        .classes = s.md.config.labels,
-        .n_classes = s.md.config.n_labels,
-    };
-    if (ac_rawdata_read(&raw, o.data_path, &ro, &err) != 0) {
+    if (cli_infer_read_csv(&s, o.data_path, o.text_column, o.label_column, 1, &raw, &corpus,
+                           &plan, &err) != 0) {
         cli_error("%s", err.msg);
         goto done;
     }
@@ -529,9 +523,7 @@ int cmd_eval(int argc, char **argv)
                   (long long)raw.n_empty_skipped);
         goto done;
     }
-    if (ac_corpus_encode(&corpus, &raw, &s.md.config.tokenizer, &s.md.vocab, s.max_len, &err) != 0 ||
-        ac_batch_plan_make(&plan, &corpus, NULL, corpus.n, (int)o.batch_size, 0, 0, &err) != 0 ||
-        ac_metrics_init(&m, s.n_classes, corpus.n, &err) != 0) {
+    if (ac_metrics_init(&m, s.n_classes, corpus.n, &err) != 0) {
         cli_error("%s: %s", o.data_path, err.msg);
         goto done;
     }

@@ -534,19 +534,12 @@ static int predict_csv(const predict_options *o, cli_infer *s)
     memset(&plan, 0, sizeof plan);
     int rc = CLI_EXIT_RUNTIME;
     const char *path = strcmp(o->input, "-") == 0 ? "/dev/stdin" : o->input;
-    ac_read_options ro = {.text_column = o->text_column, .need_label = 0};
-    if (ac_rawdata_read(&raw, path, &ro, &err) != 0) {
+    if (cli_infer_read_csv(s, path, o->text_column, NULL, 0, &raw, &corpus, &plan, &err) != 0) {
         cli_error("%s", err.msg);
         goto done;
     }
     if (raw.n_rows == 0) {
         rc = CLI_EXIT_OK;
-        goto done;
-    }
-    if (ac_corpus_encode(&corpus, &raw, &s->md.config.tokenizer, &s->md.vocab, s->max_len,
-                         &err) != 0 ||
-        ac_batch_plan_make(&plan, &corpus, NULL, corpus.n, (int)o->batch_size, 0, 0, &err) != 0) {
-        cli_error("%s: %s", path, err.msg);
         goto done;
     }
     csv_output out = {o, &corpus, CLI_EXIT_OK};
