@@ -483,6 +483,60 @@ START_TEST(test_cli_sigint)
 }
 END_TEST
 
+/* SIGINT during trial 1: nothing kept, and its line in the table shows the
+ * settings left to the data as "auto" (they were printed as -1). */
+START_TEST(test_cli_sigint_in_trial_1)
+{
+    const char *bin = attnctl_path();
+    if (access(bin, X_OK) != 0) {
+        printf("SKIP test_cli_sigint_in_trial_1: no attnctl binary\n");
+        return;
+    }
+    char *dir = test_temp_dir("autotune"), *out = test_path(dir, "m");
+    char *log = test_path(dir, "stderr");
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stdout) || !freopen(log, "w", stderr))
+            _exit(99);
+        execl(bin, bin, "train", TINY_CSV, "--out", out, "--d-model", "16", "--heads", "2",
+              "--ff", "32", "--max-len", "24", "--wide-buckets", "1024", "--vocab-size", "200",
+              "--batch-size", "1", "--val-split", "0.25", "--threads", "1", "--epochs", "4000",
+              "--patience", "0", "--autotune", "10000000steps", (char *)NULL);
+        _exit(98);
+    }
+    /* Signal once trial 1 has printed its plan (it then trains for minutes). */
+    double t0 = now_s();
+    for (;;) {
+        size_t n = 0;
+        char *text = access(log, F_OK) == 0 ? test_slurp(log, &n) : NULL;
+        int training = text && strstr(text, " steps (");
+        free(text);
+        if (training)
+            break;
+        ck_assert_msg(now_s() - t0 < 60, "trial 1 did not start");
+        usleep(20000);
+    }
+    kill(pid, SIGINT);
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert(WIFEXITED(st));
+    ck_assert_int_eq(WEXITSTATUS(st), 130);
+    size_t n = 0;
+    char *text = test_slurp(log, &n);
+    ck_assert_msg(strstr(text, "stopped") && strstr(text, "--members auto") &&
+                      strstr(text, "--epochs 4000") && !strstr(text, " -1") &&
+                      strstr(text, "interrupted during trial 1"),
+                  "%s", text);
+    free(text);
+    ck_assert_int_ne(access(out, F_OK), 0);
+    rm_rf(dir);
+    free(log);
+    free(out);
+    free(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("autotune");
@@ -495,6 +549,7 @@ int main(void)
     tcase_add_test(tc, test_cli);
     tcase_add_test(tc, test_cli_refits_the_best);
     tcase_add_test(tc, test_cli_sigint);
+    tcase_add_test(tc, test_cli_sigint_in_trial_1);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -1348,6 +1348,28 @@ START_TEST(test_broken_weights)
         ck_assert_msg(!strstr(r.out, "nan"), "%s: %s", cmds[i][0], r.out);
         result_free(&r);
     }
+    /* Nor does it start a training run, alone or as an autotune's trial 1:
+     * the error names the tensor, not a learning rate too high. */
+    char poisoned_encoder[512], out[512];
+    work_path(poisoned_encoder, sizeof poisoned_encoder, "broken-encoder");
+    work_path(out, sizeof out, "from-broken-encoder");
+    poisoned_copy(model, poisoned_encoder, "layers.0.ln1.weight");
+    const char *train_plain[] = {"train", SAMPLE_TRAIN, "--out", out, "--init", poisoned_encoder,
+                                 "--threads", "1", NULL};
+    const char *train_tuned[] = {"train", SAMPLE_TRAIN, "--out", out, "--init", poisoned_encoder,
+                                 "--threads", "1", "--autotune", "1000steps", NULL};
+    const char *const *trains[] = {train_plain, train_tuned};
+    for (int i = 0; i < 2; i++) {
+        result t = run(trains[i]);
+        ck_assert_int_eq(t.status, 1);
+        ck_assert_int_eq(count_lines(t.err), 1);
+        ck_assert_msg(strstr(t.err, "layers.0.ln1.weight") && strstr(t.err, "NaN or infinite") &&
+                          !strstr(t.err, "learning rate"),
+                      "%s", t.err);
+        ck_assert_int_ne(access(out, F_OK), 0);
+        result_free(&t);
+    }
+    rm_rf(poisoned_encoder);
     /* an empty --model is not the root directory */
     const char *empty[] = {"predict", "--model", "", NULL};
     result r = run_with_input(empty, "good\n", 5);

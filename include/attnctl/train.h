@@ -158,6 +158,9 @@ typedef struct {
      * checkpoint/ keeps run.json, trainer_state.json, config.json and
      * vocab.txt. 0: keep everything (the tests' bitwise comparisons). */
     int drop_finished_state;
+    /* The caller removes out_dir if the run fails (an autotune trial): its
+     * errors do not point to a checkpoint there. */
+    int out_dir_discarded_on_failure;
 } ac_train_options;
 
 /* Makes cfg start from the model in init_dir: its tokenizer settings and

@@ -81,10 +81,17 @@ static void on_progress(const ac_train_progress *ev, void *user)
     v->bar_shown = 1;
 }
 
+/* A setting left to the data is "auto" until trial 1 has resolved it (a
+ * trial 1 stopped early shows it so). */
 static void print_settings(FILE *f, const ac_tune_settings *s)
 {
-    for (int d = 0; d < AC_TUNE_N; d++)
-        fprintf(f, "%s--%s %g", d ? " " : "", ac_tune_option((ac_tune_dim)d), s->v[d]);
+    for (int d = 0; d < AC_TUNE_N; d++) {
+        fprintf(f, "%s--%s ", d ? " " : "", ac_tune_option((ac_tune_dim)d));
+        if (s->v[d] == AC_AUTO)
+            fputs("auto", f);
+        else
+            fprintf(f, "%g", s->v[d]);
+    }
 }
 
 static void on_trial(const ac_autotune_trial *t, void *user)

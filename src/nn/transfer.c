@@ -1,5 +1,6 @@
 /* Moving an encoder between models with different heads (a pretrained
  * masked LM into a new classifier). */
+#include <math.h>
 #include <string.h>
 
 #include "attnctl/model.h"
@@ -24,7 +25,14 @@ int ac_model_copy_encoder(ac_model *dst, const ac_model *src, ac_err *err)
         if (s->ndim != d->ndim || s->shape[0] != d->shape[0] || s->shape[1] != d->shape[1])
             return ac_err_set(err, "tensor \"%s\": [%d, %d] in the pretrained model, [%d, %d] here",
                               d->name, s->shape[0], s->shape[1], d->shape[0], d->shape[1]);
-        memcpy(dst->params + d->offset, src->params + s->offset, d->numel * sizeof(float));
+        /* A poisoned encoder would fail at step 1 as if the learning rate
+         * were too high: name the tensor instead. */
+        const float *w = src->params + s->offset;
+        for (size_t k = 0; k < d->numel; k++)
+            if (!isfinite(w[k]))
+                return ac_err_set(err, "tensor \"%s\" of the pretrained model holds NaN or "
+                                       "infinite values", d->name);
+        memcpy(dst->params + d->offset, w, d->numel * sizeof(float));
         copied++;
     }
     if (copied == 0)

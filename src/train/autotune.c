@@ -109,7 +109,9 @@ static void settings_of(const ac_config *c, ac_tune_settings *s)
     s->v[AC_TUNE_WIDE_ORDER] = c->model.wide_order;
     s->v[AC_TUNE_CROP] = stored(AC_TUNE_CROP, c->training.crop_frac);
     s->v[AC_TUNE_DROPOUT] = stored(AC_TUNE_DROPOUT, c->model.dropout);
-    s->v[AC_TUNE_MEMBERS] = c->training.members > 1 ? c->training.members : 1;
+    s->v[AC_TUNE_MEMBERS] = c->training.members == AC_AUTO ? AC_AUTO
+                            : c->training.members > 1     ? c->training.members
+                                                          : 1;
 }
 
 static void apply_settings(ac_config *c, const ac_tune_settings *s)
@@ -292,6 +294,7 @@ static int run_trial(tuner *tu, const ac_tune_settings *s, int changed, ac_err *
     to.after_step = trial_after_step;
     to.after_step_user = tu;
     to.drop_finished_state = 1;
+    to.out_dir_discarded_on_failure = 1;
     /* Trial 1 runs to its end; a later one within what is left (a guard:
      * candidates start only when they fit). */
     to.max_steps = s && o->budget.steps > 0 ? o->budget.steps - r->steps : 0;
@@ -325,7 +328,8 @@ static int run_trial(tuner *tu, const ac_tune_settings *s, int changed, ac_err *
         ac_remove_tree(dir);
         free(dir);
         if (!s) {
-            *err = terr;
+            ac_err_set(err, "--autotune: trial 1 (the options as given) failed, so the search "
+                            "has no start: %s", terr.msg);
             return -1;
         }
         ev.outcome = AC_TRIAL_FAILED;

@@ -259,7 +259,9 @@ int trainer_recover_checkpoint(trainer *t, ac_err *err)
 int trainer_non_finite_error(const trainer *t, long step, const char *what, double v, ac_err *err)
 {
     char where[160];
-    if (t->ckpt_step >= 0)
+    if (t->opt->out_dir_discarded_on_failure)
+        snprintf(where, sizeof where, "nothing was kept");
+    else if (t->ckpt_step >= 0)
         snprintf(where, sizeof where, "the checkpoint of step %ld is intact", t->ckpt_step);
     else
         snprintf(where, sizeof where, "no checkpoint was saved yet");
