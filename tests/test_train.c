@@ -1946,15 +1946,20 @@ START_TEST(test_cli_pretrain_and_init)
                      0);
     expect_cli(cmd, 2, "--min-count cannot be combined with --init");
     free(cmd);
+    /* a --config file's values for them are replaced, and the warning names
+     * each (they were dropped in silence) */
+    char *config = test_path(dir, "recipe.json");
+    test_write_file(config, "{\"training\": {\"epochs\": 2}, \"model\": {\"max_len\": 30}}\n");
     /* the same values are no contradiction, nor is a minimum count left to
      * the data; the model's own are used */
     ck_assert_int_ge(asprintf(&cmd, "%s train --init %s " TINY_CSV " --out %s --d-model 16 "
-                                    "--epochs 2 --batch-size 8 --threads 1 --min-count auto "
+                                    "--config %s --batch-size 8 --threads 1 --min-count auto "
                                     "--quiet",
-                              bin, mlm, ft),
+                              bin, mlm, ft, config),
                      0);
-    expect_cli(cmd, 0, NULL);
+    expect_cli(cmd, 0, "recipe.json sets: model.max_len 30 -> ");
     free(cmd);
+    free(config);
     ck_assert_int_ge(asprintf(&cmd, "%s eval --model %s " TINY_CSV " >/dev/null", bin, ft), 0);
     ck_assert_int_eq(run_status(cmd), 0);
     free(cmd);

@@ -8,6 +8,7 @@
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -72,6 +73,15 @@ static inline char *test_slurp(const char *path, size_t *len)
     buf[n] = '\0';
     *len = (size_t)n;
     return buf;
+}
+
+/* Writes text to path, replacing it. */
+static inline void test_write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_msg(f != NULL, "cannot create %s", path);
+    ck_assert_uint_eq(fwrite(text, 1, strlen(text), f), strlen(text));
+    ck_assert_int_eq(fclose(f), 0);
 }
 
 /* "a/b", allocated (caller frees). */

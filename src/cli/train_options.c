@@ -15,9 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "attnctl/io.h"
 #include "attnctl/model.h"
 #include "attnctl/optim.h"
+#include "attnctl/strbuf.h"
 #include "attnctl/text.h"
 #include "attnctl/train.h"
 #include "cli.h"
@@ -853,6 +856,70 @@ void train_apply_overrides(ac_config *c, const train_args *a)
 /* train --init DIR: the encoder's shape, vocabulary and tokenizer are DIR's
  * (ac_train_init_config). An option whose value that replaces is a usage
  * error; the preset's values are simply replaced. */
+/* The keys of the --config file that the model of --init replaces with
+ * other values (both configurations compared as config.json writes them)
+ * are named in one warning: the file's recipe is kept, its model shape and
+ * tokenizer are not. 0, or an exit status. */
+static int warn_config_keys_replaced(const ac_config *wanted, const ac_config *c,
+                                     const train_args *a)
+{
+    const char *path = a->v[OPT_CONFIG].s;
+    char *text = NULL, *want_text = ac_config_to_json(wanted), *have_text = ac_config_to_json(c);
+    size_t len;
+    ac_err err;
+    cJSON *file = NULL, *want = NULL, *have = NULL;
+    ac_strbuf list;
+    ac_strbuf_init(&list);
+    int rc = 0;
+    if (!want_text || !have_text) {
+        rc = cli_error("out of memory");
+        goto done;
+    }
+    if (ac_read_file(path, (size_t)1 << 24, &text, &len, &err)) {
+        rc = cli_error("%s", err.msg);
+        goto done;
+    }
+    file = cJSON_Parse(text);
+    want = cJSON_Parse(want_text);
+    have = cJSON_Parse(have_text);
+    if (!file || !want || !have) { /* the file was loaded before: only memory can fail */
+        rc = cli_error("%s: cannot read it again as JSON", path);
+        goto done;
+    }
+    const cJSON *section;
+    cJSON_ArrayForEach(section, file) {
+        const cJSON *key;
+        if (!cJSON_IsObject(section))
+            continue;
+        cJSON_ArrayForEach(key, section) {
+            const cJSON *w = cJSON_GetObjectItemCaseSensitive(
+                cJSON_GetObjectItemCaseSensitive(want, section->string), key->string);
+            const cJSON *h = cJSON_GetObjectItemCaseSensitive(
+                cJSON_GetObjectItemCaseSensitive(have, section->string), key->string);
+            if (!w || !h || cJSON_Compare(w, h, 1))
+                continue;
+            char *from = cJSON_PrintUnformatted(w), *to = cJSON_PrintUnformatted(h);
+            ac_strbuf_printf(&list, "%s%s.%s %s -> %s", list.len ? ", " : "", section->string,
+                              key->string, from ? from : "?", to ? to : "?");
+            free(from);
+            free(to);
+        }
+    }
+    if (list.len && !list.failed)
+        fprintf(stderr, "attnctl: warning: the encoder, its vocabulary and tokenizer come from "
+                        "%s, which replaces what %s sets: %s\n",
+                a->v[OPT_INIT].s, path, list.data);
+done:
+    ac_strbuf_free(&list);
+    cJSON_Delete(file);
+    cJSON_Delete(want);
+    cJSON_Delete(have);
+    free(text);
+    free(want_text);
+    free(have_text);
+    return rc;
+}
+
 int train_apply_init(ac_config *c, const train_args *a)
 {
     ac_config wanted = *c; /* shallow: labels are not touched */
@@ -874,6 +941,9 @@ int train_apply_init(ac_config *c, const train_args *a)
                                "vocabulary and tokenizer come from there",
                                OPTIONS[k].name, x->s, a->v[OPT_INIT].s, OPTIONS[k].key, have);
     }
+    int rc = a->v[OPT_CONFIG].set ? warn_config_keys_replaced(&wanted, c, a) : 0;
+    if (rc)
+        return rc;
     const opt_value *min_count = train_setting(a, "training.min_count");
     if (min_count && min_count->set && !min_count->is_auto)
         return cli_usage_error("train", "--min-count cannot be combined with --init (the "
