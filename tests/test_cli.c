@@ -598,6 +598,31 @@ START_TEST(test_usage_errors)
 }
 END_TEST
 
+/* With a --val-file no training row is held out, and config.json says so
+ * and names the file (it said val_split 0.1). */
+START_TEST(test_train_val_file_recorded)
+{
+    char out[512], config[600];
+    work_path(out, sizeof out, "val-file-recorded");
+    const char *args[] = {"train",   SAMPLE_TRAIN, "--out",  out,  "--val-file", SAMPLE_TEST,
+                          "--layers", "1",        "--d-model", "16", "--heads",   "2",
+                          "--ff",     "32",       "--max-len", "64", "--epochs",  "1",
+                          "--wide",   "0",        "--quiet",   NULL};
+    result r = run(args);
+    ck_assert_msg(r.status == 0, "%s", r.err);
+    result_free(&r);
+    snprintf(config, sizeof config, "%s/config.json", out);
+    size_t len;
+    char *text = test_slurp(config, &len);
+    ck_assert_msg(strstr(text, "\"val_split\": 0,") &&
+                      strstr(text, "\"val_file\": \"" SAMPLE_TEST "\"") &&
+                      strstr(text, "\"rows_used\": 600"),
+                  "%s", text);
+    free(text);
+    rm_rf(out);
+}
+END_TEST
+
 START_TEST(test_help)
 {
     const char *names[] = {"eval", "predict", "bench"};
@@ -1803,6 +1828,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_help);
     tcase_add_test(tc, test_usage_errors);
+    tcase_add_test(tc, test_train_val_file_recorded);
     tcase_add_test(tc, test_missing_model);
     tcase_add_test(tc, test_bench_json);
     tcase_add_test(tc, test_bench_text_only);

@@ -88,6 +88,7 @@ typedef struct {
     char date[32];               /* ISO 8601 UTC */
     double best_val_accuracy;    /* < 0 when unknown; a masked-LM model: masked-token accuracy */
     char init_model[1024];       /* fine-tuned from this pretrained model directory ("" none) */
+    char val_file[1024];         /* the validation rows' file (--val-file; "" a split of train_file) */
 } ac_provenance;
 
 typedef struct {

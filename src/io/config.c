@@ -249,6 +249,8 @@ static const key_spec PROVENANCE_KEYS[] = {
     {"rows_used", K_I64, AT(provenance.rows_used), 0, MAX_EXACT_INT, 0, 0},
     {"init_model", K_STRING, AT(provenance.init_model), 0, 0, SINCE_0_2,
      sizeof(((ac_config *)0)->provenance.init_model)},
+    {"val_file", K_STRING, AT(provenance.val_file), 0, 0, SINCE_0_2,
+     sizeof(((ac_config *)0)->provenance.val_file)},
     {"date", K_STRING, STR(provenance.date)},
     {"best_val_accuracy", K_ACCURACY, AT(provenance.best_val_accuracy), 0, 1, 0, 0},
 };

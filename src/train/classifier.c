@@ -313,6 +313,9 @@ static int classifier_provenance(trainer *t, ac_err *err)
     if (ac_copy_string(pv->train_file, sizeof pv->train_file, o->train_path,
                        "training file path", err))
         return -1;
+    if (o->val_path && ac_copy_string(pv->val_file, sizeof pv->val_file, o->val_path,
+                                      "validation file path", err))
+        return -1;
     return ac_sha256_file(o->train_path, pv->train_sha256, err);
 }
 

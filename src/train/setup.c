@@ -34,6 +34,8 @@ static int split_rows(trainer *t, ac_err *err)
                                "must be labelled",
                           (long long)o->n_pseudo, (long long)o->train->n_rows);
     if (o->val) {
+        /* config.json then says that no training row was held out. */
+        t->cfg.training.val_split = 0.0;
         t->n_train = o->train->n_rows;
         t->n_val = o->val->n_rows;
         t->train_idx = identity_index(t->n_train);
