@@ -1890,6 +1890,49 @@ START_TEST(test_cli_too_few_rows_names_the_file)
 }
 END_TEST
 
+/* The validation rows choose the kept model, so --resume checks them as it
+ * checks the training file (a different --val-file was taken in silence). */
+START_TEST(test_cli_resume_checks_val_file)
+{
+    const char *bin = attnctl_binary();
+    if (!bin) {
+        printf("SKIP test_cli_resume_checks_val_file: no attnctl binary\n");
+        return;
+    }
+    char *dir = test_temp_dir("train"), *split = test_path(dir, "split"),
+         *given = test_path(dir, "given"), *val = test_path(dir, "val.csv");
+    size_t len;
+    char *rows = test_slurp(TINY_CSV, &len);
+    test_write_file(val, rows);
+#define TINY_RUN "--epochs 2 --d-model 16 --heads 2 --ff 32 --max-len 24 --batch-size 4 " \
+                 "--threads 1 --max-steps 2 --quiet"
+    expect_cli_ok(NULL, "%s train " TINY_CSV " --out %s " TINY_RUN, bin, split);
+    char *cmd = NULL;
+    ck_assert_int_ge(asprintf(&cmd, "%s train --resume %s --val-file %s", bin, split, val), 0);
+    expect_cli(cmd, 2, "holds out a share of its training file");
+    free(cmd);
+    expect_cli_ok(NULL, "%s train " TINY_CSV " --val-file %s --out %s " TINY_RUN, bin, val, given);
+    /* a row less: not the same file */
+    char *cut = strdup(rows);
+    *strrchr(cut, '\n') = '\0';
+    *(strrchr(cut, '\n') + 1) = '\0';
+    test_write_file(val, cut);
+    ck_assert_int_ge(asprintf(&cmd, "%s train --resume %s --quiet", bin, given), 0);
+    expect_cli(cmd, 1, "is not the validation file the run was started with");
+    test_write_file(val, rows);
+    expect_cli(cmd, 0, NULL);
+    free(cmd);
+#undef TINY_RUN
+    free(cut);
+    free(rows);
+    rm_rf(dir);
+    free(val);
+    free(given);
+    free(split);
+    free(dir);
+}
+END_TEST
+
 /* The commands: pretrain, fine-tune with --init, eval/predict/inspect on
  * both, usage errors, corrupt input, and pretrain --resume through the CLI. */
 START_TEST(test_cli_pretrain_and_init)
@@ -2180,6 +2223,7 @@ int main(void)
     tcase_add_test(tc, test_resume_truncates_metrics);
     tcase_add_test(tc, test_without_validation_and_with_val_file);
     tcase_add_test(tc, test_cli_end_to_end);
+    tcase_add_test(tc, test_cli_resume_checks_val_file);
     suite_add_tcase(s, tc);
     TCase *tp = tcase_create("pretrain");
     tcase_set_timeout(tp, 300);

@@ -89,6 +89,7 @@ typedef struct {
     double best_val_accuracy;    /* < 0 when unknown; a masked-LM model: masked-token accuracy */
     char init_model[1024];       /* fine-tuned from this pretrained model directory ("" none) */
     char val_file[1024];         /* the validation rows' file (--val-file; "" a split of train_file) */
+    char val_sha256[65];         /* its SHA-256 ("" without one, or for a pipe) */
 } ac_provenance;
 
 typedef struct {

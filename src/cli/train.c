@@ -341,6 +341,10 @@ static int resume_sources(train_args *a, const char *out_dir, ac_train_sources *
         a->v[OPT_FORMAT].i = sources->text_format;
         return 0;
     }
+    if (*val_path && !sources->val_file[0])
+        return cli_usage_error(a->cmd, "--val-file: the run in %s holds out a share of its "
+                                       "training file (--val-split), and resumes with those rows",
+                               out_dir);
     if (!*train_path)
         *train_path = sources->train_file;
     if (!*val_path && sources->val_file[0])

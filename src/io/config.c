@@ -251,6 +251,7 @@ static const key_spec PROVENANCE_KEYS[] = {
      sizeof(((ac_config *)0)->provenance.init_model)},
     {"val_file", K_STRING, AT(provenance.val_file), 0, 0, SINCE_0_2,
      sizeof(((ac_config *)0)->provenance.val_file)},
+    {"val_sha256", K_SHA256, AT(provenance.val_sha256), 0, 0, SINCE_0_2, 0},
     {"date", K_STRING, STR(provenance.date)},
     {"best_val_accuracy", K_ACCURACY, AT(provenance.best_val_accuracy), 0, 1, 0, 0},
 };

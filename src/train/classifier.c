@@ -313,8 +313,9 @@ static int classifier_provenance(trainer *t, ac_err *err)
     if (ac_copy_string(pv->train_file, sizeof pv->train_file, o->train_path,
                        "training file path", err))
         return -1;
-    if (o->val_path && ac_copy_string(pv->val_file, sizeof pv->val_file, o->val_path,
-                                      "validation file path", err))
+    if (o->val_path && (ac_copy_string(pv->val_file, sizeof pv->val_file, o->val_path,
+                                       "validation file path", err) ||
+                        ac_sha256_file(o->val_path, pv->val_sha256, err)))
         return -1;
     return ac_sha256_file(o->train_path, pv->train_sha256, err);
 }
@@ -341,6 +342,21 @@ static int classifier_check_resume_data(trainer *t, ac_err *err)
             return ac_err_set(err, "resume: %s is not the file the run was started with "
                                    "(SHA-256 differs from %s/config.json)",
                               o->train_path, t->ckpt_dir);
+    }
+    /* The validation rows choose the kept model: the same bytes, too. */
+    if (o->val_path && pv->val_sha256[0]) {
+        char sha[65];
+        if (ac_sha256_file(o->val_path, sha, err))
+            return -1;
+        if (!sha[0])
+            return ac_err_set(err, "resume: %s is not a regular file, so it cannot be checked "
+                                   "against the validation file the run was started with "
+                                   "(%s/config.json)",
+                              o->val_path, t->ckpt_dir);
+        if (strcmp(sha, pv->val_sha256) != 0)
+            return ac_err_set(err, "resume: %s is not the validation file the run was started "
+                                   "with (SHA-256 differs from %s/config.json)",
+                              o->val_path, t->ckpt_dir);
     }
     return 0;
 }
