@@ -46,6 +46,7 @@ typedef struct {
     double delay_s;
     int signal_after_line;  /* > 0: send when stderr has this many lines instead */
     const char *signal_after_text; /* non-NULL: send when stderr holds this text instead */
+    int twice;              /* send it again 1 ms later (GNU timeout: the process, then its group) */
 } run_options;
 
 /* Runs attnctl with args (NULL-terminated, without the program name). */
@@ -100,6 +101,10 @@ static run_result run_opts(const char *const *args, const run_options *o)
             }
             if (due) {
                 kill(pid, o->signal);
+                if (o->twice) {
+                    usleep(1000);
+                    kill(pid, o->signal);
+                }
                 sent = 1;
             }
         }
@@ -228,11 +233,13 @@ START_TEST(test_signal_then_resume_is_identical)
     char ref_model[1100];
     snprintf(ref_model, sizeof ref_model, "%s/model.safetensors", ref);
 
-    const struct { int sig; double delay; int after_line; const char *threads; } cases[] = {
-        {SIGTERM, 0.0, 3, "2"},  /* after the first epoch line */
-        {SIGINT, 0.0, 5, "1"},   /* a few epochs in */
-        {SIGINT, AT_ONCE_S, 0, "2"}, /* at once: while reading the data or at the first step */
-        {SIGTERM, 0.15, 0, "2"},
+    const struct { int sig; double delay; int after_line; const char *threads; int twice; } cases[] = {
+        {SIGTERM, 0.0, 3, "2", 0},  /* after the first epoch line */
+        {SIGINT, 0.0, 5, "1", 0},   /* a few epochs in */
+        {SIGINT, AT_ONCE_S, 0, "2", 0}, /* at once: while reading the data or at the first step */
+        {SIGTERM, 0.15, 0, "2", 0},
+        /* as GNU timeout sends it: the second one used to kill the stop halfway */
+        {SIGTERM, 0.0, 4, "2", 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char dir[1024], name[32];
@@ -242,7 +249,7 @@ START_TEST(test_signal_then_resume_is_identical)
         const char *train_args[] = {TRAIN_ARGS(dir), "--threads", cases[i].threads, NULL};
         const char *pretrain_args[] = {PRETRAIN_ARGS(dir), "--threads", cases[i].threads, NULL};
         run_options o = {.signal = cases[i].sig, .delay_s = cases[i].delay,
-                         .signal_after_line = cases[i].after_line};
+                         .signal_after_line = cases[i].after_line, .twice = cases[i].twice};
         r = run_opts(_i ? pretrain_args : train_args, &o);
         ck_assert_msg(!r.signaled, "case %zu: killed by signal %d", i, r.status - 128);
         if (r.status == 0)

@@ -30,7 +30,8 @@ static volatile sig_atomic_t stop_signal = 0;
 
 static void on_stop_signal(int sig)
 {
-    stop_signal = sig;
+    if (!stop_signal)
+        stop_signal = sig;
 }
 
 /* Takes the output directory (created if missing, unless resuming) for this run: an
@@ -157,11 +158,15 @@ static void install_stop_handlers(saved_signals *saved)
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);
-    /* A second Ctrl-C kills at once (saves are atomic, so nothing breaks). */
-    sa.sa_flags = SA_RESETHAND;
     stop_signal = 0;
-    sigaction(SIGINT, &sa, &saved->old_int);
+    /* SIGTERM comes from programs, often twice (GNU timeout signals the
+     * process and then its group): repeats wait for the checkpoint. */
     sigaction(SIGTERM, &sa, &saved->old_term);
+    /* A second Ctrl-C is a person who will not wait: it kills at once
+     * (saves are atomic; the last checkpoint stays). */
+    sa.sa_flags = SA_RESETHAND;
+    sigaction(SIGINT, &sa, &saved->old_int);
+    sa.sa_flags = 0;
     /* Open MPI's mpirun kills the job on SIGINT/SIGTERM (SIGKILL a second
      * later) but forwards SIGUSR1 to every process: the clean stop of a
      * data-parallel run. */
