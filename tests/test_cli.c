@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "test_util.h"
 
@@ -678,6 +679,49 @@ static char *awkward_input(size_t *len, int *n_lines)
     *n_lines = 8;
     return s;
 }
+
+/* A gzip-compressed input FILE is read decompressed, as train and eval read
+ * theirs (it was classified as its compressed bytes, one verdict for the
+ * file), and one cut short is an error, not fewer verdicts. */
+START_TEST(test_predict_gzip_file)
+{
+    char model[512], plain[512], packed[512], cut[512];
+    model_dir(model, sizeof model);
+    work_path(plain, sizeof plain, "lines.txt");
+    work_path(packed, sizeof packed, "lines.txt.gz");
+    work_path(cut, sizeof cut, "cut.txt.gz");
+    const char text[] = "A wonderful film.\nDreadful and dull.\nThe lead actress is charming.\n";
+    test_write_file(plain, text);
+    gzFile gz = gzopen(packed, "wb");
+    ck_assert_ptr_nonnull(gz);
+    ck_assert_int_eq(gzwrite(gz, text, sizeof text - 1), (int)(sizeof text - 1));
+    ck_assert_int_eq(gzclose(gz), Z_OK);
+    const char *from_plain[] = {"predict", "--model", model, plain, NULL};
+    const char *from_packed[] = {"predict", "--model", model, packed, NULL};
+    result a = run(from_plain), b = run(from_packed);
+    ck_assert_msg(a.status == 0 && b.status == 0, "%s %s", a.err, b.err);
+    ck_assert_int_eq(count_lines(b.out), 3);
+    ck_assert_str_eq(a.out, b.out);
+    result_free(&a);
+    result_free(&b);
+    size_t len;
+    char *bytes = test_slurp(packed, &len);
+    FILE *f = fopen(cut, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(bytes, 1, len - 12, f), len - 12);
+    ck_assert_int_eq(fclose(f), 0);
+    free(bytes);
+    const char *from_cut[] = {"predict", "--model", model, cut, NULL};
+    result c = run(from_cut);
+    ck_assert_int_eq(c.status, 1);
+    ck_assert_int_eq(count_lines(c.err), 1);
+    ck_assert_msg(strstr(c.err, cut) && strstr(c.err, "corrupt or cut short"), "%s", c.err);
+    result_free(&c);
+    unlink(plain);
+    unlink(packed);
+    unlink(cut);
+}
+END_TEST
 
 START_TEST(test_predict_awkward_lines)
 {
@@ -1845,6 +1889,7 @@ int main(void)
         tcase_add_test(tc, test_eval_unknown_label);
         tcase_add_test(tc, test_eval_errors_explained);
         tcase_add_test(tc, test_predict_awkward_lines);
+        tcase_add_test(tc, test_predict_gzip_file);
         tcase_add_test(tc, test_predict_json);
         tcase_add_test(tc, test_predict_emoji_names);
         tcase_add_test(tc, test_predict_elongations);

@@ -617,6 +617,10 @@ START_TEST(test_invalid_utf8_and_nul)
     bytes_fail(&t, "le.csv", le_bom, sizeof le_bom - 1, &LABELLED, 1,
                WORDS("the file is UTF-16", "save it as UTF-8"));
     bytes_fail(&t, "be.csv", be, sizeof be - 1, &LABELLED, 1, WORDS("the file is UTF-16"));
+    /* other NUL bytes (binary data, a gzip inside a gzip) are not called UTF-16 */
+    const char binary[] = "\x7f" "ELF\x02\x01\x01\0\0\0\0review,label\n";
+    bytes_fail(&t, "twice.csv", binary, sizeof binary - 1, &LABELLED, 1,
+               WORDS("NUL bytes: this is not a text file"));
     tmpdir_remove(&t);
 }
 END_TEST

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "attnctl/metrics.h"
 #include "cli.h"
@@ -43,7 +44,7 @@ static const char PREDICT_USAGE[] =
     "bound for lines over 64 KiB, of which only the head and tail are read); \"truncated\"\n"
     "says whether the model saw less than the whole review.\n"
     "A trailing CR (CRLF input) is removed; a missing final newline is fine; invalid\n"
-    "UTF-8 is read as U+FFFD.\n"
+    "UTF-8 is read as U+FFFD. A gzip-compressed FILE is read decompressed.\n"
     "\n"
     "options:\n"
     "  --model DIR          model directory (config.json, vocab.txt, model.safetensors)\n"
@@ -126,6 +127,8 @@ static int parse_predict_options(int argc, char **argv, predict_options *o)
 
 typedef struct {
     int fd;
+    gzFile gz;          /* a gzip-compressed FILE: read through zlib (NULL: read(2) on fd) */
+    const char *gz_error; /* zlib's message when the gzip data was corrupt or cut short */
     char *buf;          /* [READ_CHUNK] bytes read, not yet consumed: buf[pos..end) */
     size_t pos, end;
     int eof;
@@ -139,10 +142,27 @@ typedef struct {
     int nonblank;       /* the line has a byte other than white space */
 } line_reader;
 
+/* A named file that starts with gzip's magic bytes is read decompressed,
+ * as train and eval read theirs (stdin streams as it is: zcat it). */
+static int is_gzip_file(int fd)
+{
+    unsigned char magic[2];
+    return fd != STDIN_FILENO && pread(fd, magic, 2, 0) == 2 && magic[0] == 0x1f &&
+           magic[1] == 0x8b;
+}
+
 static int line_reader_init(line_reader *r, int fd, size_t keep)
 {
     memset(r, 0, sizeof *r);
     r->fd = fd;
+    if (is_gzip_file(fd)) {
+        int own = dup(fd);
+        if (own < 0 || !(r->gz = gzdopen(own, "rb"))) {
+            if (own >= 0)
+                close(own);
+            return -1;
+        }
+    }
     r->keep = keep;
     r->buf = malloc(READ_CHUNK);
     r->head = malloc(keep);
@@ -153,6 +173,8 @@ static int line_reader_init(line_reader *r, int fd, size_t keep)
 
 static void line_reader_free(line_reader *r)
 {
+    if (r->gz)
+        gzclose(r->gz);
     free(r->buf);
     free(r->head);
     free(r->tail);
@@ -253,7 +275,19 @@ static int line_take(line_reader *r)
 static int line_fill(line_reader *r)
 {
     for (;;) {
-        ssize_t n = read(r->fd, r->buf, READ_CHUNK);
+        ssize_t n = r->gz ? gzread(r->gz, r->buf, READ_CHUNK) : read(r->fd, r->buf, READ_CHUNK);
+        if (r->gz && n <= 0) {
+            int zerr;
+            gzerror(r->gz, &zerr);
+            if (n < 0 || zerr != Z_OK) {
+                if (zerr != Z_ERRNO) {
+                    /* "<fd:N>: unexpected end of file": the name is the caller's to give */
+                    const char *msg = gzerror(r->gz, &zerr), *colon = strstr(msg, ": ");
+                    r->gz_error = strncmp(msg, "<fd:", 4) == 0 && colon ? colon + 2 : msg;
+                }
+                return -1;
+            }
+        }
         if (n > 0) {
             r->pos = 0;
             r->end = (size_t)n;
@@ -441,7 +475,11 @@ static int predict_lines(const predict_options *o, cli_infer *s, int fd)
         while (n < max_slots) {
             int got = next_line(&r, n == 0);
             if (got < 0) {
-                cli_error("reading %s: %s", name, strerror(errno));
+                if (r.gz_error)
+                    cli_error("reading %s: the gzip data is corrupt or cut short (zlib: %s)", name,
+                              r.gz_error);
+                else
+                    cli_error("reading %s: %s", name, strerror(errno));
                 goto done;
             }
             if (got == 0)

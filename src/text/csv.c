@@ -815,14 +815,26 @@ static unsigned char header_delimiter(const char *s, size_t n, const char *path)
     return ac_is_tsv_name(path) ? '\t' : ',';
 }
 
-/* A UTF-16 byte-order mark, or a NUL byte in the first line (the high half
- * of every ASCII character in UTF-16 without a mark). */
-static int looks_utf16(const char *buf, size_t n)
+/* What a NUL byte in the first line says: UTF-16 (a byte-order mark, or
+ * NULs in every other byte, the high halves of ASCII characters), or data
+ * that is not text at all (binary, or a file compressed twice). */
+enum { TEXT_OK, TEXT_UTF16, TEXT_BINARY };
+static int first_line_kind(const char *buf, size_t n)
 {
     if (n >= 2 && ((buf[0] == '\xFF' && buf[1] == '\xFE') || (buf[0] == '\xFE' && buf[1] == '\xFF')))
-        return 1;
+        return TEXT_UTF16;
     const char *eol = memchr(buf, '\n', n);
-    return memchr(buf, '\0', eol ? (size_t)(eol - buf) : n) != NULL;
+    size_t len = eol ? (size_t)(eol - buf) : n;
+    if (!memchr(buf, '\0', len))
+        return TEXT_OK;
+    /* UTF-16LE puts the NUL after each ASCII byte, UTF-16BE before it. */
+    size_t look = len < 64 ? len : 64;
+    int le = look >= 2, be = look >= 2;
+    for (size_t i = 0; i + 1 < look; i += 2) {
+        le &= buf[i] != '\0' && buf[i + 1] == '\0';
+        be &= buf[i] == '\0' && buf[i + 1] != '\0';
+    }
+    return le || be ? TEXT_UTF16 : TEXT_BINARY;
 }
 
 /* Reads the whole stream through the parser; 0 or -1 (r->failed). */
@@ -856,9 +868,14 @@ static int parse_stream(reader *r, gzFile gz)
         size_t skip = 0;
         if (first && n >= 3 && memcmp(buf, "\xEF\xBB\xBF", 3) == 0)
             skip = 3; /* the BOM is not part of the first column's name */
-        if (first && looks_utf16(buf, (size_t)n)) {
+        const int kind = first ? first_line_kind(buf, (size_t)n) : TEXT_OK;
+        if (kind == TEXT_UTF16) {
             fail(r, 1, "the file is UTF-16 (as Excel's \"Unicode Text\" saves it); save it as "
                        "UTF-8 (\"CSV UTF-8\")");
+            break;
+        }
+        if (kind == TEXT_BINARY) {
+            fail(r, 1, "NUL bytes: this is not a text file (binary data, or compressed twice?)");
             break;
         }
         if (first && !r->opt->lines) {
