@@ -651,6 +651,15 @@ START_TEST(test_help)
         int st = system(cmd);
         ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "%s: status %d", forms[i], st);
     }
+    /* inspect says why it could not write (it gave no reason) */
+    char model[512], cmd[1200];
+    model_dir(model, sizeof model);
+    snprintf(cmd, sizeof cmd, "{ %s inspect --model %s 'A wonderful film.' > /dev/full; }",
+             attnctl_path(), model);
+    char *err = NULL;
+    ck_assert_int_eq(run_stderr(cmd, &err), 1);
+    ck_assert_msg(strstr(err, "No space left on device"), "%s", err);
+    free(err);
 }
 END_TEST
 

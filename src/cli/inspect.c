@@ -265,7 +265,7 @@ static int write_output(const ac_strbuf *buf, const char *out_path)
     if (out_path)
         return write_out_file(buf, out_path);
     if (fwrite(buf->data, 1, buf->len, stdout) != buf->len || fflush(stdout) != 0)
-        return cli_error("inspect: cannot write to standard output");
+        return cli_error("inspect: cannot write to standard output: %s", strerror(errno));
     return CLI_EXIT_OK;
 }
 
