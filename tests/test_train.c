@@ -1922,6 +1922,14 @@ START_TEST(test_cli_resume_checks_val_file)
     test_write_file(val, rows);
     expect_cli(cmd, 0, NULL);
     free(cmd);
+    /* a run that ended before its first checkpoint was complete (run.json
+     * alone) says so, not "checkpoint/config.json: cannot open" */
+    char *state = test_path(split, "checkpoint/trainer_state.json");
+    ck_assert_int_eq(unlink(state), 0);
+    free(state);
+    ck_assert_int_ge(asprintf(&cmd, "%s train --resume %s", bin, split), 0);
+    expect_cli(cmd, 1, "holds no resumable checkpoint");
+    free(cmd);
 #undef TINY_RUN
     free(cut);
     free(rows);

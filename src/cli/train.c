@@ -331,6 +331,13 @@ static int resume_sources(train_args *a, const char *out_dir, ac_train_sources *
                          a->kind == CLI_PRETRAIN ? "train" : "pretrain", out_dir);
     char ckpt[4096];
     snprintf(ckpt, sizeof ckpt, "%s/%s", out_dir, AC_CHECKPOINT_SUBDIR);
+    /* run.json is written first: a run stopped (or out of disk) before its
+     * first checkpoint was complete has it alone. */
+    if (!file_exists_in(ckpt, "trainer_state.json"))
+        return cli_error("%s holds no resumable checkpoint (%s/trainer_state.json not found: "
+                         "the run ended before its first checkpoint was complete); train again "
+                         "into an empty --out",
+                         out_dir, ckpt);
     ac_config_free(cfg);
     if (ac_model_dir_load_config(cfg, ckpt, &err)) {
         ac_config_defaults(cfg);
