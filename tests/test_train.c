@@ -1922,9 +1922,20 @@ START_TEST(test_cli_resume_checks_val_file)
     test_write_file(val, rows);
     expect_cli(cmd, 0, NULL);
     free(cmd);
+    /* a hand-edited member number past the run's members was taken (and
+     * gave another model) */
+    char *state = test_path(split, "checkpoint/trainer_state.json");
+    char *state_text = test_slurp(state, &len);
+    char *member = strstr(state_text, "\"member\": 0");
+    ck_assert_ptr_nonnull(member);
+    member[10] = '7';
+    test_write_file(state, state_text);
+    free(state_text);
+    ck_assert_int_ge(asprintf(&cmd, "%s train --resume %s", bin, split), 0);
+    expect_cli(cmd, 1, "member 7, best step");
+    free(cmd);
     /* a run that ended before its first checkpoint was complete (run.json
      * alone) says so, not "checkpoint/config.json: cannot open" */
-    char *state = test_path(split, "checkpoint/trainer_state.json");
     ck_assert_int_eq(unlink(state), 0);
     free(state);
     ck_assert_int_ge(asprintf(&cmd, "%s train --resume %s", bin, split), 0);

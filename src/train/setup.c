@@ -352,6 +352,17 @@ static int setup_resume(trainer *t, ac_err *err)
         return ac_err_set(err, "resume: %s/trainer_state.json: seed differs from config.json",
                           t->ckpt_dir);
     const ac_train_config *tc = &t->cfg.training;
+    /* Figures no run writes (a hand-edited file): a member past the last
+     * (members' average included), a best step ahead of the run. */
+    const ac_trainer_state *st = &t->state;
+    const int members = tc->members > 1 ? tc->members : 1;
+    if (st->member < 0 || st->member > (members > 1 ? members : 0) ||
+        st->best_step < -1 || st->best_step > st->step || st->bad_evals < 0)
+        return ac_err_set(err, "resume: %s/trainer_state.json: member %d, best step %ld, %d "
+                               "evaluations since the best do not fit a run of %d member%s at "
+                               "step %ld",
+                          t->ckpt_dir, st->member, st->best_step, st->bad_evals, members,
+                          members == 1 ? "" : "s", st->step);
     if (tc->epochs == AC_AUTO || tc->ema == AC_AUTO || tc->members == AC_AUTO ||
         tc->wide_nb == AC_AUTO || tc->min_count == AC_AUTO ||
         t->cfg.model.wide_order == AC_WIDE_ORDER_AUTO ||
