@@ -320,8 +320,28 @@ static int classifier_provenance(trainer *t, ac_err *err)
     return ac_sha256_file(o->train_path, pv->train_sha256, err);
 }
 
-/* Resume: the training file has the checkpoint's classes and, when its
- * SHA-256 was recorded, is the same file. */
+/* Resume: path holds the bytes whose SHA-256 the run recorded (what names
+ * the file's role in the messages: "the file", "the validation file"). */
+static int check_same_file(const trainer *t, const char *path, const char *recorded,
+                           const char *what, ac_err *err)
+{
+    char sha[65];
+    if (ac_sha256_file(path, sha, err))
+        return -1;
+    if (!sha[0])
+        return ac_err_set(err, "resume: %s is not a regular file, so it cannot be checked "
+                               "against %s the run was started with (%s/config.json)",
+                          path, what, t->ckpt_dir);
+    if (strcmp(sha, recorded) != 0)
+        return ac_err_set(err, "resume: %s is not %s the run was started with (SHA-256 "
+                               "differs from %s/config.json)",
+                          path, what, t->ckpt_dir);
+    return 0;
+}
+
+/* Resume: the training file has the checkpoint's classes and, when their
+ * SHA-256 was recorded, the training and validation files are the same
+ * (the validation rows choose the kept model). */
 static int classifier_check_resume_data(trainer *t, ac_err *err)
 {
     const ac_train_options *o = t->opt;
@@ -330,34 +350,12 @@ static int classifier_check_resume_data(trainer *t, ac_err *err)
                                "(%d in the file, %d in %s/config.json)",
                           o->train->n_classes, t->cfg.n_labels, t->ckpt_dir);
     const ac_provenance *pv = &t->cfg.provenance;
-    if (o->train_path && pv->train_sha256[0]) {
-        char sha[65];
-        if (ac_sha256_file(o->train_path, sha, err))
-            return -1;
-        if (!sha[0])
-            return ac_err_set(err, "resume: %s is not a regular file, so it cannot be checked "
-                                   "against the file the run was started with (%s/config.json)",
-                              o->train_path, t->ckpt_dir);
-        if (strcmp(sha, pv->train_sha256) != 0)
-            return ac_err_set(err, "resume: %s is not the file the run was started with "
-                                   "(SHA-256 differs from %s/config.json)",
-                              o->train_path, t->ckpt_dir);
-    }
-    /* The validation rows choose the kept model: the same bytes, too. */
-    if (o->val_path && pv->val_sha256[0]) {
-        char sha[65];
-        if (ac_sha256_file(o->val_path, sha, err))
-            return -1;
-        if (!sha[0])
-            return ac_err_set(err, "resume: %s is not a regular file, so it cannot be checked "
-                                   "against the validation file the run was started with "
-                                   "(%s/config.json)",
-                              o->val_path, t->ckpt_dir);
-        if (strcmp(sha, pv->val_sha256) != 0)
-            return ac_err_set(err, "resume: %s is not the validation file the run was started "
-                                   "with (SHA-256 differs from %s/config.json)",
-                              o->val_path, t->ckpt_dir);
-    }
+    if (o->train_path && pv->train_sha256[0] &&
+        check_same_file(t, o->train_path, pv->train_sha256, "the file", err))
+        return -1;
+    if (o->val_path && pv->val_sha256[0] &&
+        check_same_file(t, o->val_path, pv->val_sha256, "the validation file", err))
+        return -1;
     return 0;
 }
 
