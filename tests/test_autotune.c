@@ -438,6 +438,35 @@ START_TEST(test_cli_refits_the_best)
 }
 END_TEST
 
+/* Starts `attnctl train` of a tiny model on TINY_CSV into out, one row a
+ * step and no early stop, with extra (NULL-terminated) options; stdout is
+ * discarded, stderr goes to err_path. */
+static pid_t spawn_tiny_search(const char *bin, const char *out, const char *err_path,
+                               const char *const *extra)
+{
+    const char *argv[64] = {bin,           "train",          TINY_CSV,   "--out", out,
+                            "--d-model",   "16",             "--heads",  "2",     "--ff",
+                            "32",          "--max-len",      "24",       "--wide-buckets",
+                            "1024",        "--vocab-size",   "200",      "--batch-size",
+                            "1",           "--val-split",    "0.25",     "--threads",
+                            "1",           "--patience",     "0"};
+    int n = 0;
+    while (argv[n])
+        n++;
+    for (int i = 0; extra[i] && n < 63; i++)
+        argv[n++] = extra[i];
+    argv[n] = NULL;
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stdout) || !freopen(err_path, "w", stderr))
+            _exit(99);
+        execv(bin, (char *const *)argv);
+        _exit(98);
+    }
+    return pid;
+}
+
 /* SIGINT to the command during the search: exit 130, the best trial so far
  * in --out (or nothing), never a trial's directory left behind. */
 START_TEST(test_cli_sigint)
@@ -448,18 +477,9 @@ START_TEST(test_cli_sigint)
         return;
     }
     char *dir = test_temp_dir("autotune"), *out = test_path(dir, "m");
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        if (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr))
-            _exit(99);
-        execl(bin, bin, "train", TINY_CSV, "--out", out, "--d-model", "16", "--heads", "2",
-              "--ff", "32", "--max-len", "24", "--wide-buckets", "1024", "--vocab-size", "200",
-              "--min-count", "1", "--batch-size", "1", "--val-split", "0.25", "--threads", "1",
-              "--members", "3", "--epochs", "40", "--patience", "0", "--autotune", "100000steps",
-              (char *)NULL);
-        _exit(98);
-    }
+    static const char *const search_args[] = {"--min-count", "1", "--members", "3", "--epochs",
+                                              "40", "--autotune", "100000steps", NULL};
+    pid_t pid = spawn_tiny_search(bin, out, "/dev/null", search_args);
     /* Let trial 1 (3 members of 40 epochs of 31 steps, no early stop: about
      * a second) finish and others start; the search takes about ten. */
     double t0 = now_s();
@@ -494,17 +514,9 @@ START_TEST(test_cli_sigint_in_trial_1)
     }
     char *dir = test_temp_dir("autotune"), *out = test_path(dir, "m");
     char *log = test_path(dir, "stderr");
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        if (!freopen("/dev/null", "w", stdout) || !freopen(log, "w", stderr))
-            _exit(99);
-        execl(bin, bin, "train", TINY_CSV, "--out", out, "--d-model", "16", "--heads", "2",
-              "--ff", "32", "--max-len", "24", "--wide-buckets", "1024", "--vocab-size", "200",
-              "--batch-size", "1", "--val-split", "0.25", "--threads", "1", "--epochs", "4000",
-              "--patience", "0", "--autotune", "10000000steps", (char *)NULL);
-        _exit(98);
-    }
+    static const char *const search_args[] = {"--epochs", "4000", "--autotune", "10000000steps",
+                                              NULL};
+    pid_t pid = spawn_tiny_search(bin, out, log, search_args);
     /* Signal once trial 1 has printed its plan (it then trains for minutes). */
     double t0 = now_s();
     for (;;) {

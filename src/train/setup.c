@@ -356,8 +356,9 @@ static int setup_resume(trainer *t, ac_err *err)
      * (members' average included), a best step ahead of the run. */
     const ac_trainer_state *st = &t->state;
     const int members = tc->members > 1 ? tc->members : 1;
-    if (st->member < 0 || st->member > (members > 1 ? members : 0) ||
-        st->best_step < -1 || st->best_step > st->step || st->bad_evals < 0)
+    const int last_member = members > 1 ? members : 0; /* the average is "member" members */
+    if (st->member < 0 || st->member > last_member || st->best_step < -1 ||
+        st->best_step > st->step || st->bad_evals < 0)
         return ac_err_set(err, "resume: %s/trainer_state.json: member %d, best step %ld, %d "
                                "evaluations since the best do not fit a run of %d member%s at "
                                "step %ld",
