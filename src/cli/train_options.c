@@ -160,7 +160,9 @@ static const option_spec OPTIONS[] = {
          .text = "start from the pretrained encoder in DIR (attnctl pretrain):" MORE
                  "its tokenizer, vocabulary and weights (embeddings," MORE
                  "positions, n-gram table, layers); the classifier head is" MORE
-                 "new. Options that would change them are an error"),
+                 "new. Options that would change them are an error; a" MORE
+                 "--config file's values for them are replaced (a warning" MORE
+                 "names each)"),
     TEXT("teacher", OPT_TEACHER, TRAIN_ONLY | RESUME_OK, .section = S_FILES,
          .arg = "DIR[,DIR...]",
          .text = "self-training: these trained models label the texts" MORE
@@ -189,7 +191,8 @@ static const option_spec OPTIONS[] = {
          .text = "continue an interrupted run from DIR/checkpoint with its" MORE
                  "settings and data files (TRAIN and --val-file may be given" MORE
                  "if they moved; they must be the same data, and so must" MORE
-                 "the texts --teacher chooses again from --unlabelled)",
+                 "the texts --teacher chooses again from --unlabelled; a" MORE
+                 "run that split its training file takes no --val-file)",
          .pretrain_text = "continue an interrupted run from DIR/checkpoint (the text" MORE
                           "files may be given if they moved; same bytes)"),
     /* Search (checked by cli_autotune_check) */
@@ -640,6 +643,7 @@ void cli_print_options(cli_training_kind kind)
            "Progress goes to stderr: a bar on a terminal, one line per evaluation otherwise.\n"
            "Ctrl-C (SIGINT) or SIGTERM finishes the current step, saves a checkpoint and exits\n"
            "with 130 or 143; `attnctl %s --resume DIR` then continues exactly where it was.\n"
+           "A repeated SIGTERM waits for that checkpoint; a second Ctrl-C kills at once.\n"
            "SIGUSR1 stops the same way (exit 130). Under mpirun use it: `kill -USR1 PID` of\n"
            "mpirun reaches every process, while mpirun answers SIGINT/SIGTERM by killing them.\n"
            "Exit status: 0 done, 1 error, 2 usage error, 130/143 interrupted.\n",
