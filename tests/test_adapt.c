@@ -32,6 +32,7 @@ static void all_auto(ac_train_config *tc, ac_model_config *mc)
     ck_assert_int_eq(mc->wide_order, AC_WIDE_ORDER_AUTO);
     ck_assert_int_eq(mc->wide_buckets, AC_WIDE_BUCKETS_AUTO);
     ck_assert_int_eq(tc->refit, AC_AUTO);
+    ck_assert(tc->nbsvm == AC_AUTO);
     ck_assert(tc->crop_frac == 0.5); /* not left to the data */
 }
 
@@ -42,6 +43,7 @@ static void assert_long(const ac_train_config *tc, const ac_model_config *mc)
     ck_assert(tc->ema == 0.999f);
     ck_assert_int_eq(tc->members, 3);
     ck_assert(tc->wide_nb == 0.0f);
+    ck_assert(tc->nbsvm == 0.0f);
     ck_assert(tc->min_count == 2);
     ck_assert_int_eq(mc->wide_order, 3);
     ck_assert_int_eq(mc->wide_buckets, AC_ADAPT_WIDE_BUCKETS);
@@ -53,6 +55,8 @@ static void assert_short(const ac_train_config *tc, const ac_model_config *mc)
     ck_assert(tc->ema == 0.99f);
     ck_assert_int_eq(tc->members, 1);
     ck_assert(tc->wide_nb == 0.25f);
+    ck_assert(tc->nbsvm == AC_ADAPT_SHORT_NBSVM);
+    ck_assert(tc->nbsvm > 0.0f);
     ck_assert(tc->min_count == 1);
     ck_assert_int_eq(mc->wide_order, 2);
     ck_assert_int_eq(mc->wide_buckets, AC_ADAPT_WIDE_BUCKETS);
@@ -70,21 +74,34 @@ START_TEST(test_short_texts)
     ck_assert(tc.crop_frac == 0.5);
     ck_assert_str_eq(said, "8 epochs, weight average decay 0.99, 1 member, vocabulary min count "
                            "1, wide path of word n-grams up to 2, wide path from naive Bayes "
-                           "x0.25 (median text 14 tokens, below --crop-max 64)");
+                           "x0.25, NBSVM's scores x4 added (median text 14 tokens, below "
+                           "--crop-max 64)");
+
+    /* With validation rows NBSVM's weight is left to them. */
+    all_auto(&tc, &mc);
+    d.has_validation = 1;
+    ac_train_adapt(&tc, &mc, &d, said, sizeof said);
+    ck_assert(tc.nbsvm == AC_AUTO);
+    ck_assert_msg(strstr(said, "x0.25, NBSVM's scores added at a weight the validation rows "
+                               "choose (median"),
+                  "%s", said);
+    d.has_validation = 0;
 
     /* No wide path: nothing to start, nothing said of it. */
     all_auto(&tc, &mc);
     mc.wide_order = 0;
     ac_train_adapt(&tc, &mc, &d, said, sizeof said);
     ck_assert(tc.wide_nb == 0.0f);
+    ck_assert(tc.nbsvm == 0.0f); /* NBSVM's features are the wide path's */
     ck_assert_int_eq(mc.wide_order, 0);
-    ck_assert_msg(!strstr(said, "wide path"), "%s", said);
+    ck_assert_msg(!strstr(said, "wide path") && !strstr(said, "NBSVM"), "%s", said);
     all_auto(&tc, &mc);
     mc.wide_buckets = 0;
     ac_train_adapt(&tc, &mc, &d, said, sizeof said);
     ck_assert(tc.wide_nb == 0.0f);
+    ck_assert(tc.nbsvm == 0.0f); /* NBSVM's features are the wide path's */
     ck_assert_int_eq(mc.wide_order, 0);
-    ck_assert_msg(!strstr(said, "wide path"), "%s", said);
+    ck_assert_msg(!strstr(said, "wide path") && !strstr(said, "NBSVM"), "%s", said);
 }
 END_TEST
 
@@ -136,15 +153,17 @@ START_TEST(test_explicit_values_win)
     tc.members = 2;
     tc.wide_nb = 0.0f; /* off, given */
     tc.min_count = 5;
+    tc.nbsvm = 2.0f;
     mc.wide_order = 1;
     mc.wide_buckets = 4194304;
-    ac_adapt_data d = {.median_tokens = 11, .labelled = 1, .n_classes = 50};
+    ac_adapt_data d = {.median_tokens = 11, .labelled = 1, .n_classes = 50, .has_validation = 1};
     char said[256];
     ac_train_adapt(&tc, &mc, &d, said, sizeof said);
     ck_assert_int_eq(tc.epochs, 3);
     ck_assert_int_eq(tc.members, 2);
     ck_assert(tc.wide_nb == 0.0f);
     ck_assert(tc.min_count == 5);
+    ck_assert(tc.nbsvm == 2.0f); /* given: not left to the validation rows */
     ck_assert_int_eq(mc.wide_order, 1);
     ck_assert_int_eq(mc.wide_buckets, 4194304); /* given: not cut for 50 classes */
     ck_assert(tc.ema == 0.99f);
@@ -173,8 +192,8 @@ START_TEST(test_refit_rule)
     ck_assert_int_eq(tc.refit, 1);
     ck_assert_str_eq(said, "8 epochs, weight average decay 0.99, 1 member, vocabulary min count "
                            "1, wide path of word n-grams up to 2, wide path from naive Bayes "
-                           "x0.25, then all rows for the best epoch count (median text 14 "
-                           "tokens, below --crop-max 64)");
+                           "x0.25, NBSVM's scores x4 added, then all rows for the best epoch "
+                           "count (median text 14 tokens, below --crop-max 64)");
     all_auto(&tc, &mc);
     d.can_refit = 0; /* a --val-file, no validation rows, or several processes */
     ac_train_adapt(&tc, &mc, &d, said, sizeof said);
@@ -384,12 +403,17 @@ START_TEST(test_cli_short_csv)
     ck_assert_msg(run_stderr(cmd, &err) == 0, "%s", err);
     ck_assert_msg(strstr(err, "attnctl: adapted to the data: 8 epochs, weight average decay 0.99, "
                               "vocabulary min count 1, wide path of word n-grams up to 2, "
-                              "wide path from naive Bayes x0.25, then all rows for the best "
+                              "wide path from naive Bayes x0.25, NBSVM's scores added at a "
+                              "weight the validation rows choose, then all rows for the best "
                               "epoch count (median text 5 tokens, below --crop-max 64)\n"),
                   "%s", err);
     cJSON *root = training_of(out);
     ck_assert(training_number(root, "crop_frac") == 0.5);
     ck_assert(training_number(root, "wide_nb") == 0.25);
+    /* the weight the first run's validation rows chose, which the refit kept */
+    const double weight = training_number(root, "nbsvm");
+    ck_assert_msg(weight == 0 || weight == 1 || weight == 2 || weight == 4 || weight == 8, "%g",
+                  weight);
     ck_assert(training_number(root, "min_count") == 1);
     cJSON *order = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "model"),
                                                     "wide_order");
@@ -411,7 +435,9 @@ START_TEST(test_cli_short_csv)
     ck_assert_msg(run_stderr(cmd, &err) == 0, "%s", err);
     ck_assert_msg(strstr(err, "attnctl: adapted to the data: weight average decay 0.99, vocabulary "
                               "min count 1, wide path of word n-grams up to 2, wide path from "
-                              "naive Bayes x0.25 (median text 5 tokens, below --crop-max 64)\n"),
+                              "naive Bayes x0.25, NBSVM's scores added at a weight the "
+                              "validation rows choose (median text 5 tokens, below --crop-max "
+                              "64)\n"),
                   "%s", err);
     root = training_of(out);
     ck_assert(training_number(root, "epochs") == 2.0);
@@ -433,7 +459,8 @@ START_TEST(test_cli_short_csv)
     ck_assert_msg(run_stderr(cmd, &err) == 0, "%s", err);
     ck_assert_msg(strstr(err, "attnctl: adapted to the data: 8 epochs, vocabulary min count 1, "
                               "wide path of word n-grams up to 2, wide path from naive Bayes "
-                              "x0.25 (median text 5 tokens, below --crop-max 64)\n"),
+                              "x0.25, NBSVM's scores added at a weight the validation rows "
+                              "choose (median text 5 tokens, below --crop-max 64)\n"),
                   "%s", err);
     root = training_of(out);
     ck_assert(training_number(root, "epochs") == 8.0);
@@ -444,7 +471,7 @@ START_TEST(test_cli_short_csv)
 
     /* Nothing left to the data: no line. */
     snprintf(out, sizeof out, "%s/none", dir);
-    ck_assert_int_ge(asprintf(&cmd, "%s train %s --out %s %s --epochs 1 --ema 0 --wide-nb 0 --min-count 2 --wide 3 --refit 0", bin,
+    ck_assert_int_ge(asprintf(&cmd, "%s train %s --out %s %s --epochs 1 --ema 0 --wide-nb 0 --min-count 2 --wide 3 --refit 0 --nbsvm 0", bin,
                               csv, out, shape),
                      0);
     ck_assert_msg(run_stderr(cmd, &err) == 0, "%s", err);
@@ -500,6 +527,103 @@ static double best_temperature(const char *dir)
  * its own config.json trains, bit for bit, on every row; the temperature
  * is the first run's, fitted on its validation rows; nothing is left of
  * the second run's directory. */
+/* NBSVM's scores are in the saved model as they were in the evaluation
+ * that chose it: eval on the validation file gives the recorded accuracy,
+ * and only the wide table and the head's bias differ from a run without
+ * NBSVM (no validation rows: both keep their last step's network). */
+START_TEST(test_cli_nbsvm_is_in_the_saved_model)
+{
+    const char *bin = attnctl_path();
+    if (access(bin, X_OK) != 0) {
+        printf("SKIP test_cli_nbsvm_is_in_the_saved_model: no attnctl binary\n");
+        return;
+    }
+    char dir[] = "/tmp/attnctl_test_nbsvm_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char csv[512], val[512], out[512], *cmd = NULL, *err = NULL;
+    snprintf(csv, sizeof csv, "%s/short.csv", dir);
+    write_short_csv(csv);
+    /* validation rows the network has not seen: other numbers, mixed words */
+    snprintf(val, sizeof val, "%s/val.csv", dir);
+    FILE *f = fopen(val, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "text,label\n");
+    static const char *const mixed[] = {"great but dull", "really bad fun", "loved the mess",
+                                        "warm and awful", "worst stuff in years"};
+    for (int k = 0; k < 30; k++)
+        fprintf(f, "%s number %d,%s\n", mixed[k % 5], 100 + k, k % 3 ? "pos" : "neg");
+    fclose(f);
+    const char *shape = "--d-model 16 --heads 2 --ff 32 --batch-size 8 --members 1 --threads 1 "
+                        "--wide-buckets 1024 --epochs 2";
+    snprintf(out, sizeof out, "%s/with", dir);
+    ck_assert_int_ge(asprintf(&cmd, "%s train %s --out %s %s --val-file %s --nbsvm 8 -q", bin, csv,
+                              out, shape, val),
+                     0);
+    ck_assert_msg(run_stderr(cmd, &err) == 0, "%s", err);
+    free(cmd);
+    free(err);
+    cJSON *root = training_of(out);
+    ck_assert(training_number(root, "nbsvm") == 8);
+    ck_assert(training_number(root, "nbsvm_temperature") > 0);
+    cJSON *best = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(root, "provenance"), "best_val_accuracy");
+    ck_assert(cJSON_IsNumber(best));
+    const double recorded = best->valuedouble;
+    cJSON_Delete(root);
+    ck_assert_int_ge(asprintf(&cmd, "%s eval --json --model %s %s", bin, out, val), 0);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    char *json = calloc(1, 1 << 16);
+    size_t n = fread(json, 1, (1 << 16) - 1, p);
+    json[n] = '\0';
+    ck_assert_int_eq(pclose(p), 0);
+    cJSON *ev = cJSON_Parse(json);
+    ck_assert_ptr_nonnull(ev);
+    cJSON *acc = cJSON_GetObjectItemCaseSensitive(ev, "accuracy");
+    ck_assert(cJSON_IsNumber(acc));
+    ck_assert_msg(fabs(acc->valuedouble - recorded) < 1e-9, "eval %g, recorded %g",
+                  acc->valuedouble, recorded);
+    cJSON_Delete(ev);
+    free(json);
+    free(cmd);
+
+    /* no validation rows: the same network with and without NBSVM */
+    char plain[512], folded[512];
+    snprintf(plain, sizeof plain, "%s/plain", dir);
+    snprintf(folded, sizeof folded, "%s/folded", dir);
+    const char *outs[] = {plain, folded}, *weights[] = {"0", "4"};
+    for (int k = 0; k < 2; k++) {
+        ck_assert_int_ge(asprintf(&cmd, "%s train %s --out %s %s --val-split 0 --nbsvm %s -q",
+                                  bin, csv, outs[k], shape, weights[k]),
+                         0);
+        ck_assert_msg(run_stderr(cmd, &err) == 0, "%s", err);
+        free(cmd);
+        free(err);
+    }
+    ac_model_dir a, b;
+    ac_err e;
+    ck_assert_msg(ac_model_dir_load(&a, plain, &e) == 0, "%s", e.msg);
+    ck_assert_msg(ac_model_dir_load(&b, folded, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(a.model.n_tensors, b.model.n_tensors);
+    int changed_wide = 0, changed_bias = 0;
+    for (int i = 0; i < a.model.n_tensors; i++) {
+        const ac_param_info *pi = &a.model.table[i];
+        const float *x = a.model.params + pi->offset, *y = b.model.params + pi->offset;
+        int same = memcmp(x, y, pi->numel * sizeof *x) == 0;
+        if (x == a.model.p.wide_w)
+            changed_wide = !same;
+        else if (x == a.model.p.head_b)
+            changed_bias = !same;
+        else
+            ck_assert_msg(same, "%s differs", pi->name);
+    }
+    ck_assert(changed_wide && changed_bias);
+    ac_model_dir_free(&a);
+    ac_model_dir_free(&b);
+    rm_rf(dir);
+}
+END_TEST
+
 START_TEST(test_cli_refit)
 {
     const char *bin = attnctl_path();
@@ -573,6 +697,7 @@ int main(void)
     tcase_add_test(tc, test_config_auto);
     tcase_add_test(tc, test_cli_short_csv);
     tcase_add_test(tc, test_cli_refit);
+    tcase_add_test(tc, test_cli_nbsvm_is_in_the_saved_model);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -195,7 +195,7 @@ static int count_tmp_files(const char *dir)
     "train", TRAIN_CSV, "--out", dir, "--epochs", "6", "--ema", "0.999", "--patience", "100",      \
         "--seed", "11", "--d-model", "16", "--heads", "2", "--ff", "32", "--max-len", "48",        \
         "--batch-size", "16", "--members", "3", "--wide-nb", "0", "--min-count", "2", "--wide", "3",  \
-        "--refit", "0"
+        "--refit", "0", "--nbsvm", "0"
 /* The same for pretraining (an evaluation line about every epoch). */
 #define PRETRAIN_ARGS(dir)                                                                         \
     "pretrain", TRAIN_CSV, "--out", dir, "--epochs", "6", "--eval-every", "30", "--seed", "11",    \

@@ -902,7 +902,8 @@ START_TEST(test_config_presets)
             if (!strcmp(key->string, "n_classes") || !strcmp(key->string, "ngram_hash") ||
                 !strcmp(key->string, "wide_hash") ||
                 !strcmp(key->string, "objective") ||
-                !strcmp(key->string, "temperature") || !strcmp(key->string, "seed"))
+                !strcmp(key->string, "temperature") || !strcmp(key->string, "seed") ||
+                !strcmp(key->string, "nbsvm_temperature") /* recorded, not a setting */)
                 continue;
             ck_assert_msg(cJSON_GetObjectItemCaseSensitive(have, key->string) != NULL,
                           "models/default.json: %s.%s is not set", sections[k], key->string);
@@ -1133,6 +1134,7 @@ START_TEST(test_config_of_version_0_1_loads)
     c.training.ema = 0.999f;
     c.training.members = 3;
     c.training.refit = 1;
+    c.training.nbsvm = 0.0f;
     c.training.wide_nb = 0.0f;
     c.training.min_count = 2;
     c.model.wide_order = 3;
@@ -1146,7 +1148,8 @@ START_TEST(test_config_of_version_0_1_loads)
         "    \"crop_frac\": 0.5,\n", "    \"crop_min\": 1,\n", "    \"crop_max\": 64,\n",
         "    \"label_smoothing\": 0,\n", "    \"token_dropout\": 0,\n", "    \"wide_nb\": 0,\n",
         "    \"ema\": 0.999,\n",
-        "    \"members\": 3,\n", "    \"refit\": 1\n",
+        "    \"members\": 3,\n", "    \"refit\": 1,\n", "    \"nbsvm\": 0,\n",
+        "    \"nbsvm_temperature\": 0\n",
         "    \"objective\": \"classification\",\n", "    \"mask_frac\": 0.15,\n",
         "    \"init_model\": \"\",\n", "    \"emoji_names\": true,\n",
         "    \"squeeze_elongations\": true,\n", "    \"mark_negation\": true,\n",
@@ -1227,7 +1230,7 @@ START_TEST(test_config_missing_keys)
     const struct { const char *cut; const char *want; } cases[] = {
         {"    \"d_ff\": 256,\n", "x.json: model.d_ff: missing required key"},
         {"    \"casefold\": true,\n", "x.json: tokenizer.casefold: missing required key"},
-        {"    \"refit\": \"auto\"\n", NULL /* leaves a trailing comma: not JSON */},
+        {"    \"nbsvm_temperature\": 0\n", NULL /* leaves a trailing comma: not JSON */},
         {"    \"seed\": 1,\n", "x.json: training.seed: missing required key"},
         {"    \"date\": \"\",\n", "x.json: provenance.date: missing required key"},
         {"  \"labels\": [\"negative\", \"positive\"],\n", "x.json: labels: missing required key"},

@@ -173,7 +173,7 @@ typedef struct {
 int ac_train_init_config(ac_config *cfg, const char *init_dir, ac_err *err);
 
 /* What the settings left to the data (AC_AUTO in training.epochs, ema,
- * members, wide_nb, min_count, refit, model.wide_order and wide_buckets) are
+ * members, wide_nb, min_count, refit, nbsvm, model.wide_order and wide_buckets) are
  * chosen from: the training rows after the validation split, tokenised and
  * truncated to model.max_len, before the vocabulary is built, and their
  * number of classes. */
@@ -183,6 +183,8 @@ typedef struct {
     int n_classes;         /* the training rows' classes */
     int can_refit;         /* the validation rows were split from the training rows:
                               training.refit may be 1 */
+    int has_validation;    /* there are validation rows: training.nbsvm may stay
+                              AC_AUTO, its weight chosen on them as the run goes */
 } ac_adapt_data;
 
 /* Resolves every AC_AUTO field of tc and mc from d (the rules are in
@@ -212,6 +214,8 @@ void ac_train_adapt_to_long_texts(ac_train_config *tc, ac_model_config *mc);
 #define AC_ADAPT_SHORT_EMA 0.99f
 #define AC_ADAPT_LONG_REFIT 0
 #define AC_ADAPT_SHORT_REFIT 1
+#define AC_ADAPT_LONG_NBSVM 0.0f
+#define AC_ADAPT_SHORT_NBSVM 4.0f /* without validation rows to choose on */
 /* The wide table: AC_ADAPT_WIDE_BUCKETS rows, or, when the classes would
  * make it hold more than AC_ADAPT_WIDE_WEIGHTS weights, the largest power of
  * two of rows that does not (whatever the texts' length). */
@@ -300,6 +304,47 @@ typedef struct {
     int64_t n_pseudo;
     char pseudo_sha256[65];
 } ac_train_sources;
+
+/* ---- NBSVM on the wide path's features (training.nbsvm; src/train/nbsvm.c) ----
+ * Fitted on training rows: for each class c (two classes: one problem,
+ * class 1 against class 0), a linear SVM (squared hinge, C 1, bias) on a
+ * text's distinct wide-path buckets, each worth its naive Bayes log-count
+ * ratio r_c (alpha AC_WIDE_NB_ALPHA, as wide_nb_init) times wide_scale of
+ * the text relative to a ten-word sentence's; its weights interpolated
+ * towards their mean magnitude (beta 0.25, Wang & Manning 2012). The result
+ * is in the wide path's form: a text of n distinct buckets gets
+ *   logits[c] += wide_scale(n, norm) * sum of weight[bucket, c] + bias[c].
+ * Two classes: the score S is split as +S/2 on class 1 and -S/2 on class 0. */
+typedef struct {
+    const int32_t *ids;     /* a corpus: row r is ids + off[r], off[r + 1] - off[r] ids */
+    const int64_t *off;
+    const int32_t *labels;  /* [rows] class of each corpus row */
+    const int64_t *rows;    /* the training rows (corpus rows) */
+    int64_t n_rows;
+    int order, n_buckets, n_classes; /* the wide path's */
+    float norm;                      /* model.wide_norm */
+} ac_nbsvm_data;
+
+typedef struct {
+    int n_classes;
+    int64_t n_rows;  /* buckets some training row has, ascending */
+    int32_t *bucket; /* [n_rows] */
+    float *weight;   /* [n_rows, n_classes] */
+    float *bias;     /* [n_classes] */
+} ac_nbsvm;
+
+/* Fits s on d, every weight and bias times `weight` (the scores' share in
+ * the sum with the network's logits); serial, shuffled from seed alone. */
+int ac_nbsvm_fit(ac_nbsvm *s, const ac_nbsvm_data *d, float weight, uint64_t seed, ac_err *err);
+void ac_nbsvm_free(ac_nbsvm *s);
+/* logits [C] += the scores of a text whose sorted distinct buckets are
+ * buckets[0..count) (wide_buckets_of_text); sums: scratch of C doubles. */
+void ac_nbsvm_add_scores(const ac_nbsvm *s, float *logits, const int32_t *buckets, int count,
+                         float norm, double *sums);
+/* The same scores times scale made part of a model: wide_table
+ * [n_buckets, C] and head_bias [C] get s's weights and biases times scale
+ * added. */
+void ac_nbsvm_fold(const ac_nbsvm *s, float scale, float *wide_table, float *head_bias);
 
 int ac_train_sources_load(const char *out_dir, ac_train_sources *s, ac_err *err);
 void ac_train_sources_free(ac_train_sources *s);

@@ -58,6 +58,17 @@ typedef struct {
      * only when the validation rows were split from the training file.
      * 0: the model is the one chosen on the validation rows. */
     int refit;
+    /* > 0: NBSVM (src/train/nbsvm.c) is fitted on the training rows and
+     * its scores, times nbsvm, are added to the classifier's logits in every
+     * evaluation and in the saved model (folded into the wide path's table
+     * and the head's bias); 0: none. Classifiers with a wide path only. */
+    float nbsvm;
+    /* The network's temperature NBSVM's scores are weighed against: the sum
+     * is the network's logits / nbsvm_temperature + nbsvm x the scores (at
+     * the model's own temperature after). Recorded, not chosen: a run with
+     * validation rows fits it at each evaluation and writes the saved
+     * model's; one without uses the recorded value (1 when 0). */
+    float nbsvm_temperature;
 } ac_train_config;
 
 typedef struct {

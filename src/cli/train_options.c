@@ -137,6 +137,13 @@ AUTO_RULE(wide_nb_auto, (double)AC_ADAPT_LONG_WIDE_NB, (double)AC_ADAPT_SHORT_WI
 AUTO_RULE(wide_auto, AC_ADAPT_LONG_WIDE_ORDER, AC_ADAPT_SHORT_WIDE_ORDER)
 AUTO_RULE(min_count_auto, AC_ADAPT_LONG_MIN_COUNT, AC_ADAPT_SHORT_MIN_COUNT)
 AUTO_RULE(refit_auto, AC_ADAPT_LONG_REFIT, AC_ADAPT_SHORT_REFIT)
+static void nbsvm_auto(char *out, size_t n)
+{
+    snprintf(out, n, "auto: %g, or when the median training text is" MORE
+                     "shorter than --crop-max tokens the best of 0, 1, 2," MORE
+                     "4, 8 on the validation rows (%g without them)",
+             (double)AC_ADAPT_LONG_NBSVM, (double)AC_ADAPT_SHORT_NBSVM);
+}
 static void wide_buckets_auto(char *out, size_t n)
 {
     snprintf(out, n, "auto: %d, or fewer past %d classes, so that the" MORE
@@ -282,6 +289,12 @@ static const option_spec OPTIONS[] = {
                 "Bayes log-count ratio from the training rows" MORE
                 "(Wang & Manning 2012) instead of zeros; 0 = zeros" MORE "[{}]",
         .note = wide_nb_auto),
+    SET("nbsvm", "training.nbsvm", TRAIN_ONLY, .section = S_TRAINING,
+        .text = "fit NBSVM (a linear SVM on the wide path's n-grams" MORE
+                "scaled by their naive Bayes ratios; Wang & Manning" MORE
+                "2012) on the training rows and add X times its scores" MORE
+                "to the network's log-probabilities; 0 = none [{}]",
+        .note = nbsvm_auto),
     SET("ema", "training.ema", BOTH, .section = S_TRAINING,
         .text = "evaluate and save a moving average of the weights with" MORE
                 "decay X per step; 0 = the weights themselves [{}]",

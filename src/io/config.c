@@ -80,6 +80,7 @@ void ac_config_defaults(ac_config *c)
         .members = AC_AUTO,
         .wide_nb = AC_AUTO,
         .refit = AC_AUTO,
+        .nbsvm = AC_AUTO,
         .mask_frac = AC_MLM_MASK_FRAC,
     };
     snprintf(c->provenance.version, sizeof c->provenance.version, "%s", AC_VERSION);
@@ -240,6 +241,8 @@ static const key_spec TRAINING_KEYS[] = {
     {"ema", K_FLOAT, AT(training.ema), 0, 1, HI_OPEN | SINCE_0_2 | AUTO, 0},
     {"members", K_INT, AT(training.members), 1, AC_MAX_MEMBERS, SINCE_0_2 | AUTO, 0},
     {"refit", K_INT, AT(training.refit), 0, 1, SINCE_0_2 | AUTO, 0},
+    {"nbsvm", K_FLOAT, AT(training.nbsvm), 0, 100, SINCE_0_2 | AUTO, 0},
+    {"nbsvm_temperature", K_FLOAT, AT(training.nbsvm_temperature), 0, 1000, SINCE_0_2, 0},
 };
 
 static const key_spec PROVENANCE_KEYS[] = {

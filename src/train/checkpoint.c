@@ -32,9 +32,16 @@ int trainer_save_best(trainer *t, ac_err *err)
     }
     t->cfg.provenance.best_val_accuracy = t->n_val > 0 ? t->state.best_metric : -1.0;
     set_date(&t->cfg.provenance);
+    if (t->obj->save_model ? t->obj->save_model(t, err) : trainer_write_model(t, err))
+        return -1;
+    t->model_saved = 1;
+    return 0;
+}
+
+int trainer_write_model(trainer *t, ac_err *err)
+{
     if (ac_model_dir_save(t->opt->out_dir, &t->cfg, &t->vocab, &t->model, NULL, NULL, NULL, err))
         return ac_err_prefix(err, "saving the model to %s", t->opt->out_dir);
-    t->model_saved = 1;
     return 0;
 }
 

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attnctl/nn.h"
 #include "attnctl/rng.h"
 #include "trainer_internal.h"
 
@@ -73,6 +74,24 @@ typedef struct {
     int have_metrics;
     float *probs, *scaled;   /* [C] scratch: probabilities, logits / temperature */
     int64_t *predicted;      /* [C] predictions per class in one evaluation */
+    /* training.nbsvm > 0 or "auto": its fit on the training rows, added to
+     * every evaluation's logits and to the saved model (classifier_save_model) */
+    ac_nbsvm nbsvm;
+    int have_nbsvm;
+    int32_t *text_buckets;   /* [max_len * wide_order] one text's wide buckets */
+    double *class_sums;      /* [C] scratch of ac_nbsvm_add_scores */
+    float *val_nbsvm, *span_nbsvm; /* [n_val, C] NBSVM's scores of the last evaluation's rows */
+    /* The network's own temperature, which NBSVM's weight is relative to
+     * (training.nbsvm_temperature): fitted at each evaluation, the last
+     * one's used by the save that follows it. */
+    double net_temperature;
+    /* The scores' weight: training.nbsvm, or with "auto" the one of
+     * NBSVM_WEIGHTS the last evaluation chose (choose_weight). */
+    double weight;
+    int choose_weight;
+    float *mixed;            /* [n_val, C] scratch: the logits at one weight */
+    float *kept_wide;        /* [nbsvm rows, C] the model's own values under NBSVM's rows */
+    float *kept_bias;        /* [C] the head's own bias */
 } classifier_state;
 
 static classifier_state *state_of(const trainer *t)
@@ -80,14 +99,72 @@ static classifier_state *state_of(const trainer *t)
     return t->objective_state;
 }
 
-/* The short spans of the validation rows and the buffers of an
- * evaluation: logits, labels, calibration. */
-static int classifier_setup_validation(trainer *t, ac_err *err)
+/* The state, and NBSVM fitted on the training rows when training.nbsvm
+ * asks for it: a pure function of the rows and the seed, so a resumed run
+ * fits the same one. */
+static int classifier_setup(trainer *t, ac_err *err)
 {
     classifier_state *cs = calloc(1, sizeof *cs);
     if (!cs)
         return ac_err_set(err, "out of memory");
     t->objective_state = cs; /* freed by classifier_free, also after a failure below */
+    const ac_model_config *mc = &t->cfg.model;
+    /* "auto" is left by ac_train_adapt only where validation rows choose
+     * the weight; a run resumed from before the setting has no such rows
+     * to spare, and no NBSVM. */
+    const int choose = t->cfg.training.nbsvm == AC_AUTO;
+    if (choose && t->n_val == 0)
+        return 0;
+    if (!choose && !(t->cfg.training.nbsvm > 0.0f))
+        return 0;
+    if (!t->model.p.wide_w || !t->model.p.head_b)
+        return 0;
+    const ac_corpus *c = &t->train_corpus;
+    const ac_nbsvm_data d = {.ids = c->ids,
+                             .off = c->off,
+                             .labels = c->labels,
+                             .rows = t->train_idx,
+                             .n_rows = t->n_train,
+                             .order = mc->wide_order,
+                             .n_buckets = mc->wide_buckets,
+                             .n_classes = mc->n_classes,
+                             .norm = mc->wide_norm};
+    if (ac_nbsvm_fit(&cs->nbsvm, &d, 1.0f, ac_rng_key(t->cfg.training.seed, STREAM_NBSVM), err))
+        return ac_err_prefix(err, "fitting NBSVM on the training rows");
+    cs->have_nbsvm = 1;
+    cs->choose_weight = choose;
+    cs->weight = choose ? 0.0 : (double)t->cfg.training.nbsvm;
+    const size_t rows = (size_t)(cs->nbsvm.n_rows > 0 ? cs->nbsvm.n_rows : 1);
+    cs->text_buckets = malloc((size_t)mc->max_len * (size_t)mc->wide_order *
+                              sizeof *cs->text_buckets);
+    cs->kept_wide = malloc(rows * (size_t)mc->n_classes * sizeof *cs->kept_wide);
+    cs->kept_bias = malloc((size_t)mc->n_classes * sizeof *cs->kept_bias);
+    cs->class_sums = malloc((size_t)mc->n_classes * sizeof *cs->class_sums);
+    if (!cs->text_buckets || !cs->kept_wide || !cs->kept_bias || !cs->class_sums)
+        return ac_err_set(err, "out of memory for NBSVM's scores");
+    return 0;
+}
+
+/* NBSVM's scores of batch b's rows into scores [B, C]. */
+static void nbsvm_scores_of(const trainer *t, const ac_batch *b, float *scores)
+{
+    const classifier_state *cs = state_of(t);
+    const ac_model_config *mc = &t->cfg.model;
+    const int C = mc->n_classes;
+    memset(scores, 0, (size_t)b->B * (size_t)C * sizeof *scores);
+    for (int r = 0; r < b->B; r++) {
+        const int count = wide_buckets_of_text(cs->text_buckets, b->ids + (size_t)r * (size_t)b->T,
+                                               b->lengths[r], mc->wide_order, mc->wide_buckets);
+        ac_nbsvm_add_scores(&cs->nbsvm, scores + (size_t)r * (size_t)C, cs->text_buckets, count,
+                            mc->wide_norm, cs->class_sums);
+    }
+}
+
+/* The short spans of the validation rows and the buffers of an
+ * evaluation: logits, labels, calibration. */
+static int classifier_setup_validation(trainer *t, ac_err *err)
+{
+    classifier_state *cs = state_of(t);
     const ac_train_config *tc = &t->cfg.training;
     ac_crop_spec spans = {.frac = 1.0,
                           .min_len = SPAN_MIN_TOKENS,
@@ -109,6 +186,13 @@ static int classifier_setup_validation(trainer *t, ac_err *err)
     cs->have_infer = 1;
     cs->val_logits = malloc((size_t)t->n_val * (size_t)C * sizeof *cs->val_logits);
     cs->span_logits = malloc((size_t)t->n_val * (size_t)C * sizeof *cs->span_logits);
+    if (cs->have_nbsvm) {
+        cs->val_nbsvm = malloc((size_t)t->n_val * (size_t)C * sizeof *cs->val_nbsvm);
+        cs->span_nbsvm = malloc((size_t)t->n_val * (size_t)C * sizeof *cs->span_nbsvm);
+        cs->mixed = malloc((size_t)t->n_val * (size_t)C * sizeof *cs->mixed);
+        if (!cs->val_nbsvm || !cs->span_nbsvm || !cs->mixed)
+            return ac_err_set(err, "out of memory for NBSVM's validation scores");
+    }
     cs->labels = malloc((size_t)t->n_val * sizeof *cs->labels);
     cs->probs = malloc((size_t)C * sizeof *cs->probs);
     cs->scaled = malloc((size_t)C * sizeof *cs->scaled);
@@ -142,8 +226,9 @@ static int share_logits(trainer *t, const ac_batch_plan *plan, float *logits, ac
  * state's labels). Ranks share the batches and then their logits, and every
  * figure is computed from them in plan order, so it is the same bits for
  * any number of ranks. */
-static int evaluate_plan(trainer *t, const ac_batch_plan *plan, float *logits, double *val_loss,
-                         double *val_accuracy, double *majority_share, ac_err *err)
+static int evaluate_plan(trainer *t, const ac_batch_plan *plan, float *logits, float *nbsvm,
+                         double *val_loss, double *val_accuracy, double *majority_share,
+                         ac_err *err)
 {
     classifier_state *cs = state_of(t);
     ac_model *m = &t->model;
@@ -170,6 +255,8 @@ static int evaluate_plan(trainer *t, const ac_batch_plan *plan, float *logits, d
         }
         memcpy(logits + (size_t)plan->batch_start[i] * (size_t)C, run->logits,
                (size_t)b->B * (size_t)C * sizeof(float));
+        if (nbsvm)
+            nbsvm_scores_of(t, b, nbsvm + (size_t)plan->batch_start[i] * (size_t)C);
         loss_of[i] = run->mean_loss;
         if (!isfinite(run->mean_loss) && !t->comm)
             break;
@@ -180,8 +267,8 @@ static int evaluate_plan(trainer *t, const ac_batch_plan *plan, float *logits, d
         return -1;
     if (agreed.stopped)
         return TRAINER_EVAL_ABANDONED;
-    if (share_logits(t, plan, logits, err) || trainer_share_eval_slots(t, (size_t)plan->n_batches,
-                                                                       err))
+    if (share_logits(t, plan, logits, err) || (nbsvm && share_logits(t, plan, nbsvm, err)) ||
+        trainer_share_eval_slots(t, (size_t)plan->n_batches, err))
         return -1;
     /* The labels in plan order (the same rows for the validation and span plans). */
     for (int64_t i = 0; i < plan->batch_start[plan->n_batches]; i++)
@@ -215,6 +302,83 @@ static int evaluate_plan(trainer *t, const ac_batch_plan *plan, float *logits, d
     return 0;
 }
 
+/* The temperature of logits [n_val, C] on the validation rows: 1 with too
+ * few rows, or rows the model separates perfectly (the fit then runs to its
+ * lower bound and would only sharpen). */
+static int fit_temperature(const trainer *t, const float *logits, double *temperature,
+                           ac_err *err)
+{
+    const classifier_state *cs = state_of(t);
+    if (ac_temperature_fit(logits, cs->labels, t->n_val, t->cfg.model.n_classes, temperature, err))
+        return ac_err_prefix(err, "fitting the temperature on the validation rows");
+    if (t->n_val < MIN_CALIBRATION_ROWS || *temperature <= AC_TEMPERATURE_MIN * 1.001)
+        *temperature = 1.0;
+    return 0;
+}
+
+/* logits [n, C] += scale * nbsvm, then the rows' mean cross-entropy,
+ * accuracy and largest share of one predicted class. */
+static void add_and_measure(const trainer *t, float *logits, const float *nbsvm, double scale,
+                            double *loss, double *accuracy, double *majority_share)
+{
+    const classifier_state *cs = state_of(t);
+    const int C = t->cfg.model.n_classes;
+    const int64_t n = t->n_val;
+    double loss_sum = 0.0;
+    int64_t correct = 0, most = 0;
+    int64_t *predicted = cs->predicted;
+    memset(predicted, 0, (size_t)C * sizeof *predicted);
+    for (int64_t i = 0; i < n; i++) {
+        float *z = logits + (size_t)i * (size_t)C;
+        const float *add = nbsvm + (size_t)i * (size_t)C;
+        int best = 0;
+        for (int c = 0; c < C; c++) {
+            z[c] += (float)(scale * add[c]);
+            best = z[c] > z[best] ? c : best;
+        }
+        double sum = 0.0;
+        for (int c = 0; c < C; c++)
+            sum += exp((double)z[c] - (double)z[best]);
+        loss_sum += (double)z[best] + log(sum) - (double)z[cs->labels[i]];
+        correct += best == cs->labels[i];
+        predicted[best]++;
+    }
+    for (int c = 0; c < C; c++)
+        most = predicted[c] > most ? predicted[c] : most;
+    *loss = n ? loss_sum / (double)n : NAN;
+    *accuracy = n ? (double)correct / (double)n : NAN;
+    *majority_share = n ? (double)most / (double)n : NAN;
+}
+
+/* The weights "auto" chooses from: none, up to NBSVM's scores outweighing
+ * the network's log-probabilities several times over. */
+static const double NBSVM_WEIGHTS[] = {0, 1, 2, 4, 8};
+
+/* "auto": the weight whose sum has the lowest validation log-loss, each at
+ * its own fitted temperature (a proper score, where accuracy on a few
+ * hundred rows ties often); ties keep the smaller weight. */
+static int choose_nbsvm_weight(trainer *t, ac_err *err)
+{
+    classifier_state *cs = state_of(t);
+    const int C = t->cfg.model.n_classes;
+    const size_t n = (size_t)t->n_val * (size_t)C;
+    double best_loss = INFINITY;
+    for (size_t k = 0; k < sizeof NBSVM_WEIGHTS / sizeof NBSVM_WEIGHTS[0]; k++) {
+        const double scale = cs->net_temperature * NBSVM_WEIGHTS[k];
+        for (size_t i = 0; i < n; i++)
+            cs->mixed[i] = cs->val_logits[i] + (float)(scale * cs->val_nbsvm[i]);
+        double temperature;
+        if (ac_temperature_fit(cs->mixed, cs->labels, t->n_val, C, &temperature, err))
+            return ac_err_prefix(err, "weighing NBSVM's scores on the validation rows");
+        const double loss = ac_temperature_nll(cs->mixed, cs->labels, t->n_val, C, temperature);
+        if (loss < best_loss) {
+            best_loss = loss;
+            cs->weight = NBSVM_WEIGHTS[k];
+        }
+    }
+    return 0;
+}
+
 /* Temperature scaling (one scalar, fitted on the validation logits just
  * computed) and the calibration it gives on those rows: ECE and the
  * reliability bins in the state's metrics. The model and its config take the
@@ -223,12 +387,8 @@ static int calibrate(trainer *t, double *temperature, double *ece, ac_err *err)
 {
     classifier_state *cs = state_of(t);
     int C = t->cfg.model.n_classes;
-    if (ac_temperature_fit(cs->val_logits, cs->labels, t->n_val, C, temperature, err))
-        return ac_err_prefix(err, "fitting the temperature on the validation rows");
-    /* Too few rows, or rows the model separates perfectly (the fit then runs
-     * to its lower bound and would only sharpen): keep the raw model. */
-    if (t->n_val < MIN_CALIBRATION_ROWS || *temperature <= AC_TEMPERATURE_MIN * 1.001)
-        *temperature = 1.0;
+    if (fit_temperature(t, cs->val_logits, temperature, err))
+        return -1;
     float temp = (float)*temperature;
     t->cfg.model.temperature = temp;
     t->model.cfg.temperature = temp;
@@ -275,11 +435,26 @@ static int classifier_evaluate(trainer *t, ac_metric_point *p, ac_err *err)
     if (t->n_val == 0)
         return 0;
     classifier_state *cs = state_of(t);
-    int rc = evaluate_plan(t, &t->val_plan, cs->val_logits, &p->val_loss, &p->val_accuracy,
-                           &val_majority, err);
+    int rc = evaluate_plan(t, &t->val_plan, cs->val_logits, cs->val_nbsvm, &p->val_loss,
+                           &p->val_accuracy, &val_majority, err);
     if (rc == 0)
-        rc = evaluate_plan(t, &cs->span_plan, cs->span_logits, &span_loss, &p->span_accuracy,
-                           &p->span_majority, err);
+        rc = evaluate_plan(t, &cs->span_plan, cs->span_logits, cs->span_nbsvm, &span_loss,
+                           &p->span_accuracy, &p->span_majority, err);
+    /* NBSVM's scores join the network's log-probabilities at its own
+     * temperature: the weight means the same whatever scale the network's
+     * logits have (4.4 on one short set, 1.5 on another). */
+    if (rc == 0 && cs->have_nbsvm) {
+        rc = fit_temperature(t, cs->val_logits, &cs->net_temperature, err);
+        if (rc == 0 && cs->choose_weight)
+            rc = choose_nbsvm_weight(t, err);
+        if (rc == 0) {
+            const double scale = cs->net_temperature * cs->weight;
+            add_and_measure(t, cs->val_logits, cs->val_nbsvm, scale, &p->val_loss,
+                            &p->val_accuracy, &val_majority);
+            add_and_measure(t, cs->span_logits, cs->span_nbsvm, scale, &span_loss,
+                            &p->span_accuracy, &p->span_majority);
+        }
+    }
     if (rc == 0 && calibrate(t, &p->temperature, &p->val_ece, err))
         rc = -1;
     return rc;
@@ -398,6 +573,15 @@ static void classifier_free(trainer *t)
     free(cs->predicted);
     if (cs->have_metrics)
         ac_metrics_free(&cs->metrics);
+    if (cs->have_nbsvm)
+        ac_nbsvm_free(&cs->nbsvm);
+    free(cs->text_buckets);
+    free(cs->class_sums);
+    free(cs->val_nbsvm);
+    free(cs->span_nbsvm);
+    free(cs->mixed);
+    free(cs->kept_wide);
+    free(cs->kept_bias);
     free(cs);
     t->objective_state = NULL;
 }
@@ -409,6 +593,42 @@ static int classifier_after_best(trainer *t, const ac_metric_point *p, ac_err *e
     if (t->n_val > 0 && !trainer_has_members(t))
         return trainer_write_calibration_svg(t, p->temperature, err);
     return 0;
+}
+
+/* The model written with NBSVM's scores folded into its wide table and
+ * head bias (ac_nbsvm_fold), so that predict, quantize and inspect see the
+ * sum the evaluations measured; the values under NBSVM's rows are put back
+ * afterwards, bit for bit, for the training that goes on. */
+static int classifier_save_model(trainer *t, ac_err *err)
+{
+    classifier_state *cs = state_of(t);
+    if (!cs || !cs->have_nbsvm)
+        return trainer_write_model(t, err);
+    const ac_nbsvm *s = &cs->nbsvm;
+    const size_t C = (size_t)t->cfg.model.n_classes;
+    float *wide = t->model.p.wide_w, *bias = t->model.p.head_b;
+    for (int64_t k = 0; k < s->n_rows; k++)
+        memcpy(cs->kept_wide + (size_t)k * C, wide + (size_t)s->bucket[k] * C, C * sizeof *wide);
+    memcpy(cs->kept_bias, bias, C * sizeof *bias);
+    /* With validation rows, the temperature of the evaluation that chose
+     * this model, recorded for a run on the same rows without them (the
+     * refit); without, the recorded one. */
+    if (t->n_val > 0)
+        t->cfg.training.nbsvm_temperature = (float)cs->net_temperature;
+    const float temperature = t->cfg.training.nbsvm_temperature > 0.0f
+                                  ? t->cfg.training.nbsvm_temperature
+                                  : 1.0f;
+    ac_nbsvm_fold(s, temperature * (float)cs->weight, wide, bias);
+    /* The model's config.json records the weight chosen; the run's own
+     * (its checkpoint's) keeps choosing. */
+    const float setting = t->cfg.training.nbsvm;
+    t->cfg.training.nbsvm = (float)cs->weight;
+    int rc = trainer_write_model(t, err);
+    t->cfg.training.nbsvm = setting;
+    for (int64_t k = 0; k < s->n_rows; k++)
+        memcpy(wide + (size_t)s->bucket[k] * C, cs->kept_wide + (size_t)k * C, C * sizeof *wide);
+    memcpy(bias, cs->kept_bias, C * sizeof *bias);
+    return rc;
 }
 
 const trainer_objective trainer_classifier = {
@@ -424,7 +644,7 @@ const trainer_objective trainer_classifier = {
     .check_resume_data = classifier_check_resume_data,
     .sources_to_json = NULL,
     .memory_bytes = NULL,
-    .setup = NULL,
+    .setup = classifier_setup,
     .setup_validation = classifier_setup_validation,
     .free = classifier_free,
     .micro_weight = classifier_micro_weight,
@@ -432,4 +652,5 @@ const trainer_objective trainer_classifier = {
     .backward = classifier_backward,
     .evaluate = classifier_evaluate,
     .after_best = classifier_after_best,
+    .save_model = classifier_save_model,
 };

@@ -203,7 +203,8 @@ static int adapt_to_data(trainer *t, ac_err *err)
     ac_adapt_data d = {.median_tokens = 0,
                        .labelled = t->obj->labelled,
                        .n_classes = t->obj->labelled ? t->opt->train->n_classes : 0,
-                       .can_refit = !t->opt->val && t->n_val > 0};
+                       .can_refit = !t->opt->val && t->n_val > 0,
+                       .has_validation = t->n_val > 0};
     if (d.labelled && t->n_train > 0) {
         const ac_rawdata *raw = t->opt->train;
         int64_t *lengths = malloc((size_t)t->n_train * sizeof *lengths);

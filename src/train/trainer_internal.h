@@ -34,6 +34,7 @@ enum {
     STREAM_MASK = 7,  /* masked LM: the masking of each training step */
     STREAM_EVAL_MASK = 8, /* masked LM: the fixed masking of the held-out batches */
     STREAM_MEMBER = 9,    /* the shuffle, crops and dropout of members after the first */
+    STREAM_NBSVM = 10,    /* the order NBSVM's solver visits the training rows in */
 };
 
 typedef struct trainer_objective trainer_objective;
@@ -203,6 +204,10 @@ struct trainer_objective {
     int (*evaluate)(trainer *t, ac_metric_point *p, ac_err *err);
     /* After the best model was saved (the classifier's reliability diagram). */
     int (*after_best)(trainer *t, const ac_metric_point *p, ac_err *err);
+    /* Writes the model as the run's result (the writer only); NULL:
+     * trainer_write_model. The classifier adds NBSVM's scores to what it
+     * writes, never to the weights training goes on with. */
+    int (*save_model)(trainer *t, ac_err *err);
 };
 
 extern const trainer_objective trainer_classifier; /* classifier.c */
@@ -250,6 +255,8 @@ int trainer_evaluate_soup(trainer *t, session_stats *s, ac_train_result *res, ac
 /* ---- checkpoint.c: the best model and the resumable checkpoint ---- */
 /* Saves the model (the best so far) into the output directory. */
 int trainer_save_best(trainer *t, ac_err *err);
+/* Writes config.json, vocab.txt and model.safetensors of the model as it is. */
+int trainer_write_model(trainer *t, ac_err *err);
 /* Saves checkpoint/; stopping: the run stops after it, under a deadline. */
 int trainer_save_checkpoint_as(trainer *t, int stopping, ac_err *err);
 /* trainer_save_checkpoint_as, not stopping. */
