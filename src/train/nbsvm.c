@@ -24,11 +24,12 @@
  * liblinear: liblinear shuffles with the process-wide rand(), which would
  * tie the model to whatever else called it, and wants every row copied into
  * its own node format; the solver is forty lines on the bucket lists the
- * wide path already makes. Serial and seeded: the same bits for any thread
- * or process count. */
+ * wide path already makes. Each class's problem is serial and seeded: the
+ * same bits for any thread or process count. */
 #include "attnctl/train.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,18 +80,33 @@ static void svm_rows_free(svm_rows *r)
     free(r->label);
 }
 
+/* Scratch of one problem. */
+typedef struct {
+    double *w, *value;      /* [n_feats] */
+    double *alpha, *q_diag; /* [n_rows] */
+    int32_t *order;         /* [n_rows] */
+} svm_scratch;
+
 /* One binary problem: y = +1 for rows of class `positive`, -1 otherwise;
- * features value[f] * row_scale. w [n_feats] and *bias out; alpha, order:
- * scratch of n_rows. */
-static void solve_svm(double *w, double *bias, const svm_rows *r, const double *value,
-                      int positive, double *alpha, int32_t *order, uint64_t key)
+ * features value[f] * row_scale. w [n_feats] and *bias out. */
+static void solve_svm(double *bias, const svm_rows *r, svm_scratch *sc, int positive,
+                      uint64_t key)
 {
     const double diag = 1.0 / (2.0 * SVM_COST);
+    double *w = sc->w, *alpha = sc->alpha, *q_diag = sc->q_diag;
+    const double *value = sc->value;
+    int32_t *order = sc->order;
     memset(w, 0, (size_t)r->n_feats * sizeof *w);
     double b = 0.0;
     for (int64_t k = 0; k < r->n_rows; k++) {
         alpha[k] = 0.0;
         order[k] = (int32_t)k;
+        double xx = 0.0;
+        for (int64_t j = r->row_off[k]; j < r->row_off[k + 1]; j++) {
+            const double x = value[r->feat[j]] * r->row_scale[k];
+            xx += x * x;
+        }
+        q_diag[k] = xx + 1.0 + diag; /* the bias feature, and the squared hinge's term */
     }
     for (int pass = 0; pass < SVM_MAX_PASSES; pass++) {
         ac_shuffle_i32(order, r->n_rows, ac_rng_key(key, (uint64_t)pass));
@@ -98,12 +114,9 @@ static void solve_svm(double *w, double *bias, const svm_rows *r, const double *
         for (int64_t i = 0; i < r->n_rows; i++) {
             const int64_t k = order[i];
             const double y = r->label[k] == positive ? 1.0 : -1.0, s = r->row_scale[k];
-            double wx = 0.0, xx = 0.0;
-            for (int64_t j = r->row_off[k]; j < r->row_off[k + 1]; j++) {
-                const double x = value[r->feat[j]] * s;
-                wx += w[r->feat[j]] * x;
-                xx += x * x;
-            }
+            double wx = 0.0;
+            for (int64_t j = r->row_off[k]; j < r->row_off[k + 1]; j++)
+                wx += w[r->feat[j]] * (value[r->feat[j]] * s);
             wx += b;
             const double g = y * wx - 1.0 + diag * alpha[k];
             const double pg = alpha[k] == 0.0 ? (g < 0.0 ? g : 0.0) : g;
@@ -112,7 +125,7 @@ static void solve_svm(double *w, double *bias, const svm_rows *r, const double *
             if (fabs(pg) <= 1e-12)
                 continue;
             const double before = alpha[k];
-            alpha[k] = before - g / (xx + 1.0 + diag);
+            alpha[k] = before - g / q_diag[k];
             if (alpha[k] < 0.0)
                 alpha[k] = 0.0;
             const double step = (alpha[k] - before) * y;
@@ -189,15 +202,23 @@ int ac_nbsvm_fit(ac_nbsvm *s, const ac_nbsvm_data *d, float weight, uint64_t see
         return -1;
     const int64_t F = r.n_feats;
     const size_t nF = (size_t)(F > 0 ? F : 1);
+    const size_t nR = (size_t)(r.n_rows > 0 ? r.n_rows : 1);
+    /* Two classes: one problem, class 1 against class 0, its score split
+     * between the two logits (+S/2, -S/2) as the wide path's naive Bayes
+     * start is. More: one problem per class against the rest, each on a
+     * thread of its own (each is serial and seeded by its class: the same
+     * bits for any thread count). */
+    const int problems = C == 2 ? 1 : C;
+    int threads = omp_get_max_threads();
+    threads = threads < problems ? threads : problems;
     double *counts = calloc(nF * (size_t)C, sizeof *counts);
-    double *value = malloc(nF * sizeof *value), *w = malloc(nF * sizeof *w);
-    double *alpha = malloc((size_t)(r.n_rows > 0 ? r.n_rows : 1) * sizeof *alpha);
-    int32_t *order = malloc((size_t)(r.n_rows > 0 ? r.n_rows : 1) * sizeof *order);
     double *class_total = calloc((size_t)C, sizeof *class_total);
+    double *reals = malloc((size_t)threads * (2 * nF + 2 * nR) * sizeof *reals);
+    int32_t *orders = malloc((size_t)threads * nR * sizeof *orders);
     s->weight = calloc(nF * (size_t)C, sizeof *s->weight);
     s->bias = calloc((size_t)C, sizeof *s->bias);
     int rc = -1;
-    if (!counts || !value || !w || !alpha || !order || !class_total || !s->weight || !s->bias) {
+    if (!counts || !class_total || !reals || !orders || !s->weight || !s->bias) {
         ac_err_set(err, "out of memory for NBSVM (%lld n-grams, %d classes)", (long long)F, C);
         goto done;
     }
@@ -210,12 +231,16 @@ int ac_nbsvm_fit(ac_nbsvm *s, const ac_nbsvm_data *d, float weight, uint64_t see
         all += (double)(r.row_off[k + 1] - r.row_off[k]);
     }
     const double short_scale = wide_scale(AC_WIDE_NORM_FLOOR, d->norm);
-    /* Two classes: one problem, class 1 against class 0, its score split
-     * between the two logits (+S/2, -S/2) as the wide path's naive Bayes
-     * start is. More: one problem per class against the rest. */
-    const int problems = C == 2 ? 1 : C;
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
     for (int p = 0; p < problems; p++) {
         const int positive = C == 2 ? 1 : p;
+        double *mine = reals + (size_t)omp_get_thread_num() * (2 * nF + 2 * nR);
+        svm_scratch sc = {.w = mine,
+                          .value = mine + nF,
+                          .alpha = mine + 2 * nF,
+                          .q_diag = mine + 2 * nF + nR,
+                          .order = orders + (size_t)omp_get_thread_num() * nR};
+        double *w = sc.w, *value = sc.value;
         const double p_norm = class_total[positive] + AC_WIDE_NB_ALPHA * (double)F;
         const double q_norm = all - class_total[positive] + AC_WIDE_NB_ALPHA * (double)F;
         for (int64_t f = 0; f < F; f++) {
@@ -227,7 +252,7 @@ int ac_nbsvm_fit(ac_nbsvm *s, const ac_nbsvm_data *d, float weight, uint64_t see
                            ((in_f - cell[positive] + AC_WIDE_NB_ALPHA) / q_norm));
         }
         double bias;
-        solve_svm(w, &bias, &r, value, positive, alpha, order, ac_rng_key(seed, (uint64_t)p));
+        solve_svm(&bias, &r, &sc, positive, ac_rng_key(seed, (uint64_t)p));
         double mean_abs = 0.0;
         for (int64_t f = 0; f < F; f++)
             mean_abs += fabs(w[f]);
@@ -252,11 +277,9 @@ int ac_nbsvm_fit(ac_nbsvm *s, const ac_nbsvm_data *d, float weight, uint64_t see
 done:
     free(buckets);
     free(counts);
-    free(value);
-    free(w);
-    free(alpha);
-    free(order);
     free(class_total);
+    free(reals);
+    free(orders);
     svm_rows_free(&r);
     if (rc)
         ac_nbsvm_free(s);
