@@ -3,6 +3,7 @@
  * its fold into a wide table against its own scores, and its determinism. */
 #include <check.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -93,7 +94,7 @@ START_TEST(test_nbsvm_scores_are_the_svm_optimum)
     ac_nbsvm s;
     ac_err err;
     ac_nbsvm_data d = data_of(1, 2, LABELS, 0.0f);
-    ck_assert_msg(ac_nbsvm_fit(&s, &d, 1.0f, 7, &err) == 0, "%s", err.msg);
+    ck_assert_msg(ac_nbsvm_fit(&s, &d, 7, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(s.n_classes, 2);
     ck_assert_int_eq(s.n_rows, n_seen);
     /* each training row, and a text with a word no row has (10) */
@@ -131,7 +132,7 @@ START_TEST(test_nbsvm_fold_is_the_wide_path)
     ac_nbsvm s;
     ac_err err;
     ac_nbsvm_data d = data_of(2, 3, three, 0.5f);
-    ck_assert_msg(ac_nbsvm_fit(&s, &d, 1.5f, 3, &err) == 0, "%s", err.msg);
+    ck_assert_msg(ac_nbsvm_fit(&s, &d, 3, &err) == 0, "%s", err.msg);
     float *table = calloc((size_t)NB * 3, sizeof *table);
     float bias[3] = {0, 0, 0};
     ck_assert_ptr_nonnull(table);
@@ -164,31 +165,45 @@ START_TEST(test_nbsvm_fold_is_the_wide_path)
 }
 END_TEST
 
-/* The same rows and seed give the same bits; the weight scales every value. */
+/* The same rows and seed give the same bits, with one thread or several
+ * (three classes: a problem a thread); the fold's scale multiplies every
+ * value it adds. */
 START_TEST(test_nbsvm_is_deterministic_and_scaled)
 {
-    ac_nbsvm a, b, c;
+    static const int32_t three[] = {0, 0, 1, 1, 1, 2, 2, 2, 0, 2};
+    ac_nbsvm a, b;
     ac_err err;
-    ac_nbsvm_data d = data_of(2, 2, LABELS, 0.5f);
-    ck_assert(ac_nbsvm_fit(&a, &d, 1.0f, 11, &err) == 0);
-    ck_assert(ac_nbsvm_fit(&b, &d, 1.0f, 11, &err) == 0);
-    ck_assert(ac_nbsvm_fit(&c, &d, 4.0f, 11, &err) == 0);
+    ac_nbsvm_data d = data_of(2, 3, three, 0.5f);
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    ck_assert(ac_nbsvm_fit(&a, &d, 11, &err) == 0);
+    omp_set_num_threads(3);
+    ck_assert(ac_nbsvm_fit(&b, &d, 11, &err) == 0);
+    omp_set_num_threads(threads);
     ck_assert_int_eq(a.n_rows, b.n_rows);
     ck_assert_int_gt(a.n_rows, 9); /* unigrams and bigrams */
     ck_assert(memcmp(a.bucket, b.bucket, (size_t)a.n_rows * sizeof *a.bucket) == 0);
-    ck_assert(memcmp(a.weight, b.weight, (size_t)a.n_rows * 2 * sizeof *a.weight) == 0);
-    int nonzero = 0;
-    for (int64_t i = 0; i < a.n_rows * 2; i++) {
-        ck_assert(c.weight[i] == 4.0f * a.weight[i]);
-        nonzero += a.weight[i] != 0.0f;
-    }
-    ck_assert_int_gt(nonzero, 0);
-    ck_assert(c.bias[1] == 4.0f * a.bias[1]);
+    ck_assert(memcmp(a.weight, b.weight, (size_t)a.n_rows * 3 * sizeof *a.weight) == 0);
+    ck_assert(memcmp(a.bias, b.bias, 3 * sizeof *a.bias) == 0);
     for (int64_t k = 1; k < a.n_rows; k++)
         ck_assert_int_lt(a.bucket[k - 1], a.bucket[k]);
+    float *one = calloc((size_t)NB * 3, sizeof *one), *four = calloc((size_t)NB * 3, sizeof *four);
+    float bias_one[3] = {0, 0, 0}, bias_four[3] = {0, 0, 0};
+    ck_assert(one && four);
+    ac_nbsvm_fold(&a, 1.0f, one, bias_one);
+    ac_nbsvm_fold(&a, 4.0f, four, bias_four);
+    int nonzero = 0;
+    for (size_t i = 0; i < (size_t)NB * 3; i++) {
+        ck_assert(four[i] == 4.0f * one[i]);
+        nonzero += one[i] != 0.0f;
+    }
+    ck_assert_int_gt(nonzero, 0);
+    for (int c = 0; c < 3; c++)
+        ck_assert(bias_four[c] == 4.0f * bias_one[c]);
+    free(one);
+    free(four);
     ac_nbsvm_free(&a);
     ac_nbsvm_free(&b);
-    ac_nbsvm_free(&c);
 }
 END_TEST
 

@@ -333,9 +333,9 @@ typedef struct {
     float *bias;     /* [n_classes] */
 } ac_nbsvm;
 
-/* Fits s on d, every weight and bias times `weight` (the scores' share in
- * the sum with the network's logits); serial, shuffled from seed alone. */
-int ac_nbsvm_fit(ac_nbsvm *s, const ac_nbsvm_data *d, float weight, uint64_t seed, ac_err *err);
+/* Fits s on d. Each class's problem is shuffled from seed and its class
+ * alone and runs on one thread: the same bits for any thread count. */
+int ac_nbsvm_fit(ac_nbsvm *s, const ac_nbsvm_data *d, uint64_t seed, ac_err *err);
 void ac_nbsvm_free(ac_nbsvm *s);
 /* logits [C] += the scores of a text whose sorted distinct buckets are
  * buckets[0..count) (wide_buckets_of_text); sums: scratch of C doubles. */

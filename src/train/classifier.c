@@ -129,7 +129,7 @@ static int classifier_setup(trainer *t, ac_err *err)
                              .n_buckets = mc->wide_buckets,
                              .n_classes = mc->n_classes,
                              .norm = mc->wide_norm};
-    if (ac_nbsvm_fit(&cs->nbsvm, &d, 1.0f, ac_rng_key(t->cfg.training.seed, STREAM_NBSVM), err))
+    if (ac_nbsvm_fit(&cs->nbsvm, &d, ac_rng_key(t->cfg.training.seed, STREAM_NBSVM), err))
         return ac_err_prefix(err, "fitting NBSVM on the training rows");
     cs->have_nbsvm = 1;
     cs->choose_weight = choose;

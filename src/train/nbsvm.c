@@ -192,7 +192,7 @@ static int collect_rows(svm_rows *r, int32_t **buckets_out, const ac_nbsvm_data 
     return 0;
 }
 
-int ac_nbsvm_fit(ac_nbsvm *s, const ac_nbsvm_data *d, float weight, uint64_t seed, ac_err *err)
+int ac_nbsvm_fit(ac_nbsvm *s, const ac_nbsvm_data *d, uint64_t seed, ac_err *err)
 {
     memset(s, 0, sizeof *s);
     const int C = d->n_classes;
@@ -260,12 +260,12 @@ int ac_nbsvm_fit(ac_nbsvm *s, const ac_nbsvm_data *d, float weight, uint64_t see
         const double share = C == 2 ? 0.5 : 1.0;
         for (int64_t f = 0; f < F; f++) {
             const double interpolated = (1.0 - NBSVM_BETA) * mean_abs + NBSVM_BETA * w[f];
-            const float v = (float)(weight * share * interpolated * value[f] / short_scale);
+            const float v = (float)(share * interpolated * value[f] / short_scale);
             s->weight[(size_t)f * (size_t)C + (size_t)positive] = v;
             if (C == 2)
                 s->weight[(size_t)f * (size_t)C] = -v;
         }
-        s->bias[positive] = (float)(weight * share * bias);
+        s->bias[positive] = (float)(share * bias);
         if (C == 2)
             s->bias[0] = -s->bias[1];
     }
