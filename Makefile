@@ -29,7 +29,7 @@ BIN_LDLIBS := $(filter-out -lopenblas,$(LDLIBS))
 CHECK_LIBS := -lcheck_pic -lsubunit -lrt -pthread -lm
 
 ifeq ($(SAN),1)
-CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+CFLAGS  += -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer -fno-sanitize-recover=undefined,float-cast-overflow
 LDFLAGS += -fsanitize=address,undefined
 endif
 

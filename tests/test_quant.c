@@ -404,6 +404,17 @@ static void check_qlinear(int N, int in, int outd)
         ac_qlinear_relu_forward(relu, x, &l, bias, N, kernels[k]);
         ck_assert_int_eq(memcmp(relu, v2, sizeof(float) * n_out), 0);
     }
+    /* a row whose largest value is so small that 127 / max overflows is a
+     * zero row (0 x infinity would be NaN, and NaN to int undefined) */
+    for (int k = 0; k < in; k++)
+        x[in + k] = k == 0 ? 1e-38f : 0.0f;
+    for (int k = 0; k < 2; k++) {
+        if (!ac_qkernel_available(kernels[k]))
+            continue;
+        qlinear_run(c1, x, &l, bias, 2, kernels[k], 1);
+        for (int o = 0; o < outd; o++)
+            ck_assert_float_eq(c1[outd + o], bias[o]);
+    }
     /* a row that is not finite gives NaN (a broken model stays visible),
      * and the ReLU's 0 as relu_forward does */
     x[in] = NAN;
@@ -646,6 +657,19 @@ START_TEST(test_attention_int8_not_finite)
         const size_t n_out = (size_t)B * T * D;
         float *clean = malloc(sizeof(float) * n_out), *out = malloc(sizeof(float) * n_out);
         attention_int8_run(clean, NULL, qkv, lengths, B, T, D, H, 0, 1);
+        /* a key row so small that 127 / max overflows counts as zeros */
+        float *tiny = malloc(sizeof(float) * n_out);
+        float *key = qkv + (size_t)3 * 3 * D + D; /* item 0, key of position 3, head 0 */
+        for (int i = 0; i < hd; i++)
+            key[i] = 0.0f;
+        for (int vnni = 0; vnni <= ac_qkernel_available(AC_QKERNEL_VNNI); vnni++) {
+            attention_int8_run(clean, NULL, qkv, lengths, B, T, D, H, vnni, 1);
+            key[1] = 1e-38f;
+            attention_int8_run(tiny, NULL, qkv, lengths, B, T, D, H, vnni, 1);
+            key[1] = 0.0f;
+            ck_assert_int_eq(memcmp(tiny, clean, sizeof(float) * n_out), 0);
+        }
+        free(tiny);
         qkv[(size_t)2 * 3 * D + 1] = NAN;          /* item 0, query of position 2, head 0 */
         qkv[(size_t)4 * 3 * D + D + 3] = INFINITY; /* item 0, key of position 4, head 0 */
         for (int vnni = 0; vnni <= ac_qkernel_available(AC_QKERNEL_VNNI); vnni++) {

@@ -39,6 +39,15 @@
 /* q[r, :] = round(w[r, :] / scale[r]) with scale[r] = max |w[r, :]| / 127
  * (0 for an all-zero row). Non-finite values make the row's scale NaN. */
 void ac_quant_rows_i8(int8_t *q, float *scale, const float *w, size_t rows, size_t cols);
+/* 127 / max, the factor that maps a row of activations whose largest
+ * magnitude is max (finite, >= 0) onto -127..127; 0 for max 0 and for a max
+ * so small (below 127 / FLT_MAX) that the quotient overflows: that row is
+ * quantized as zeros, where 0 x infinity would give NaN. */
+static inline float ac_quant_inverse(float max)
+{
+    const float inv = max > 0.0f ? 127.0f / max : 0.0f;
+    return inv <= 3.4e38f ? inv : 0.0f;
+}
 /* w[r, :] = q[r, :] * scale[r] */
 void ac_dequant_rows_i8(float *w, const int8_t *q, const float *scale, size_t rows, size_t cols);
 

@@ -12,6 +12,7 @@
  * blocks and runs one register-blocked kernel, small_gemm, for all six
  * products; softmax, scaling and masking are one vectorised pass per row. */
 #include "attnctl/nn.h"
+#include "attnctl/quant.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -284,7 +285,7 @@ static void quantize_head_rows(uint8_t *dst, float *scales, const float *x, size
                 continue;
             }
             scales[t] = max / 127.0f;
-            const float inv = max > 0.0f ? 127.0f / max : 0.0f;
+            const float inv = ac_quant_inverse(max);
             vf16 v = (xv * inv + magic) - magic;
             v = vf_min(vf_max(v, vf_splat(-127.0f)), vf_splat(127.0f));
             /* to bytes modulo 256: -127..127 as int8, or 1..255 with the shift */
@@ -309,7 +310,7 @@ static void quantize_head_rows(uint8_t *dst, float *scales, const float *x, size
             continue;
         }
         scales[t] = max / 127.0f;
-        const float inv = max > 0.0f ? 127.0f / max : 0.0f;
+        const float inv = ac_quant_inverse(max);
         for (int i = 0; i < hd4; i++) {
             float v = i < hd ? (row[i] * inv + magic) - magic : 0.0f;
             v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;

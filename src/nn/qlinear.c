@@ -156,7 +156,7 @@ static void quantize_row(uint8_t *xq, float *s, const float *x, int in_dim, int 
         return;
     }
     *s = max / 127.0f;
-    const float inv = max > 0.0f ? 127.0f / max : 0.0f, magic = 12582912.0f;
+    const float inv = ac_quant_inverse(max), magic = 12582912.0f;
     int k = 0;
     for (; k + VF_LANES <= in_dim; k += VF_LANES) {
         vf16 v = (vf_load(x + k) * inv + magic) - magic;
