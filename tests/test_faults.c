@@ -191,6 +191,36 @@ static int count_tmp_files(const char *dir)
  * comes before the lines the signals are timed by. */
 /* Every setting "auto" would choose from the (short) data is given, so the
  * runs and their stderr lines are what these tests were written with. */
+/* checkpoint/ema-*.safetensors files: their number, and the size of the last one seen. */
+static int scan_ema_files(const char *dir, off_t *size)
+{
+    char path[1100];
+    snprintf(path, sizeof path, "%s/checkpoint", dir);
+    DIR *d = opendir(path);
+    int n = 0;
+    if (!d)
+        return 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strncmp(e->d_name, "ema-", 4) == 0 && !strstr(e->d_name, ".tmp")) {
+            char file[1400];
+            struct stat st;
+            snprintf(file, sizeof file, "%s/%s", path, e->d_name);
+            if (size && stat(file, &st) == 0)
+                *size = st.st_size;
+            n++;
+        }
+    closedir(d);
+    return n;
+}
+static int count_ema_files(const char *dir) { return scan_ema_files(dir, NULL); }
+static off_t ema_file_size(const char *dir)
+{
+    off_t size = 0;
+    scan_ema_files(dir, &size);
+    return size;
+}
+
 #define TRAIN_ARGS(dir)                                                                            \
     "train", TRAIN_CSV, "--out", dir, "--epochs", "6", "--ema", "0.999", "--patience", "100",      \
         "--seed", "11", "--d-model", "16", "--heads", "2", "--ff", "32", "--max-len", "48",        \
@@ -310,6 +340,18 @@ START_TEST(test_full_disk_keeps_previous_model)
     r = run_opts(predict, &in);
     ck_assert_msg(r.status == 0 && r.out_lines == 2, "predict on the kept model: %s", r.err);
     unlink(lines);
+
+    /* room for the averaged weights but not for the optimizer's state: the
+     * checkpoint stays the last one, and no average of a step without a
+     * checkpoint is left (regression: an orphan ema-STEP file per failure) */
+    ck_assert_int_eq(count_ema_files(dir), 1);
+    off_t ema_size = ema_file_size(dir);
+    ck_assert_int_gt(ema_size, 4096);
+    run_options room_for_ema = {.fsize_limit = (rlim_t)ema_size + 4096};
+    r = run_opts(resume, &room_for_ema);
+    ck_assert_msg(r.status == 1 && strstr(r.err, "File too large"), "exit %d: %s", r.status, r.err);
+    ck_assert_int_eq(count_tmp_files(dir), 0);
+    ck_assert_int_eq(count_ema_files(dir), 1);
 
     r = run(resume);
     ck_assert_msg(r.status == 0, "resume with room: %s", r.err);

@@ -164,6 +164,14 @@ static void remove_other_ema(const trainer *t)
     free(keep);
 }
 
+static void remove_ema_of_step(const trainer *t, long step)
+{
+    char *path = ema_path(t, step, NULL);
+    if (path)
+        unlink(path);
+    free(path);
+}
+
 /* The model file goes first: a removal cut short then still reads as a
  * finished run (no weights to resume from). Best effort: a file left behind
  * harms nothing, and the run itself succeeded. */
@@ -228,8 +236,12 @@ int trainer_save_checkpoint_as(trainer *t, int stopping, ac_err *err)
                                                     t->m1, t->m2, &t->state, err)
                       : ac_model_dir_save(t->ckpt_dir, &t->cfg, &t->vocab, &t->model, t->m1,
                                           t->m2, &t->state, err);
-    if (rc)
+    if (rc) {
+        /* the last checkpoint stays; the average just written belongs to none */
+        if (t->have_ema && t->ckpt_step != trainer_global_step(t))
+            remove_ema_of_step(t, trainer_global_step(t));
         return ac_err_prefix(err, "saving the checkpoint to %s", t->ckpt_dir);
+    }
     t->ckpt_step = trainer_global_step(t);
     if (t->have_ema)
         remove_other_ema(t);
