@@ -682,7 +682,8 @@ static char *awkward_input(size_t *len, int *n_lines)
 
 /* A gzip-compressed input FILE is read decompressed, as train and eval read
  * theirs (it was classified as its compressed bytes, one verdict for the
- * file), and one cut short is an error, not fewer verdicts. */
+ * file), and one cut short is an error, not fewer verdicts; so is standard
+ * input redirected from it, and through a pipe it is refused. */
 START_TEST(test_predict_gzip_file)
 {
     char model[512], plain[512], packed[512], cut[512];
@@ -702,10 +703,35 @@ START_TEST(test_predict_gzip_file)
     ck_assert_msg(a.status == 0 && b.status == 0, "%s %s", a.err, b.err);
     ck_assert_int_eq(count_lines(b.out), 3);
     ck_assert_str_eq(a.out, b.out);
-    result_free(&a);
-    result_free(&b);
+    /* standard input redirected from the file is the file; the same bytes
+     * through a pipe are refused with one line (they were one verdict) */
+    char cmd[2048], *err_text = NULL;
+    snprintf(cmd, sizeof cmd, "{ '%s' predict --model '%s' < '%s' > '%s.out'; }", attnctl_path(),
+             model, packed, packed);
+    ck_assert_int_eq(run_stderr(cmd, &err_text), 0);
+    free(err_text);
+    snprintf(cmd, sizeof cmd, "%s.out", packed);
+    size_t redirected_len;
+    char *redirected = test_slurp(cmd, &redirected_len);
+    ck_assert_str_eq(redirected, a.out);
+    free(redirected);
+    unlink(cmd);
     size_t len;
     char *bytes = test_slurp(packed, &len);
+    const char *from_stdin[] = {"predict", "--model", model, NULL};
+    result piped = run_with_input(from_stdin, bytes, len);
+    ck_assert_int_eq(piped.status, 1);
+    ck_assert_int_eq(count_lines(piped.err), 1);
+    ck_assert_str_eq(piped.out, "");
+    ck_assert_msg(strstr(piped.err, "standard input") && strstr(piped.err, "gzip"), "%s", piped.err);
+    result_free(&piped);
+    const char *inspect[] = {"inspect", "--model", model, NULL};
+    piped = run_with_input(inspect, bytes, len);
+    ck_assert_int_eq(piped.status, 1);
+    ck_assert_msg(strstr(piped.err, "gzip"), "%s", piped.err);
+    result_free(&piped);
+    result_free(&a);
+    result_free(&b);
     FILE *f = fopen(cut, "wb");
     ck_assert_ptr_nonnull(f);
     ck_assert_uint_eq(fwrite(bytes, 1, len - 12, f), len - 12);

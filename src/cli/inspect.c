@@ -136,6 +136,11 @@ static int read_stdin(char **text, size_t *len)
             break;
         }
     }
+    if (n >= 2 && (unsigned char)buf[0] == 0x1f && (unsigned char)buf[1] == 0x8b) {
+        free(buf); /* gzip's magic: never the start of a text (0x8b is no UTF-8 lead byte) */
+        return cli_error("inspect: standard input is gzip-compressed data; decompress it first "
+                         "(zcat FILE | attnctl inspect ...)");
+    }
     buf[n] = '\0';
     *text = buf;
     *len = n;

@@ -44,7 +44,8 @@ static const char PREDICT_USAGE[] =
     "bound for lines over 64 KiB, of which only the head and tail are read); \"truncated\"\n"
     "says whether the model saw less than the whole review.\n"
     "A trailing CR (CRLF input) is removed; a missing final newline is fine; invalid\n"
-    "UTF-8 is read as U+FFFD. A gzip-compressed FILE is read decompressed.\n"
+    "UTF-8 is read as U+FFFD. A gzip-compressed FILE, or standard input redirected from\n"
+    "one, is read decompressed; gzip data through a pipe is refused (zcat it into the pipe).\n"
     "\n"
     "options:\n"
     "  --model DIR          model directory (config.json, vocab.txt, model.safetensors)\n"
@@ -129,6 +130,8 @@ typedef struct {
     int fd;
     gzFile gz;          /* a gzip-compressed FILE: read through zlib (NULL: read(2) on fd) */
     const char *gz_error; /* zlib's message when the gzip data was corrupt or cut short */
+    int gzip_in_pipe;     /* refused: gzip data arrived through a pipe */
+    int started;          /* a byte has been read */
     char *buf;          /* [READ_CHUNK] bytes read, not yet consumed: buf[pos..end) */
     size_t pos, end;
     int eof;
@@ -142,13 +145,17 @@ typedef struct {
     int nonblank;       /* the line has a byte other than white space */
 } line_reader;
 
-/* A named file that starts with gzip's magic bytes is read decompressed,
- * as train and eval read theirs (stdin streams as it is: zcat it). */
+static int is_gzip_magic(const unsigned char *p) { return p[0] == 0x1f && p[1] == 0x8b; }
+
+/* A file (named, or standard input redirected from it) whose bytes from the
+ * current offset start with gzip's magic is read decompressed, as train and
+ * eval read theirs. A pipe cannot be peeked at: line_fill refuses gzip data
+ * there (it would stream as text, one line of garbage). */
 static int is_gzip_file(int fd)
 {
     unsigned char magic[2];
-    return fd != STDIN_FILENO && pread(fd, magic, 2, 0) == 2 && magic[0] == 0x1f &&
-           magic[1] == 0x8b;
+    const off_t at = lseek(fd, 0, SEEK_CUR);
+    return at >= 0 && pread(fd, magic, 2, at) == 2 && is_gzip_magic(magic);
 }
 
 static int line_reader_init(line_reader *r, int fd, size_t keep)
@@ -288,7 +295,12 @@ static int line_fill(line_reader *r)
                 return -1;
             }
         }
+        if (n > 0 && !r->gz && !r->started && n >= 2 && is_gzip_magic((unsigned char *)r->buf)) {
+            r->gzip_in_pipe = 1;
+            return -1;
+        }
         if (n > 0) {
+            r->started = 1;
             r->pos = 0;
             r->end = (size_t)n;
             return 0;
@@ -475,7 +487,11 @@ static int predict_lines(const predict_options *o, cli_infer *s, int fd)
         while (n < max_slots) {
             int got = next_line(&r, n == 0);
             if (got < 0) {
-                if (r.gz_error)
+                if (r.gzip_in_pipe)
+                    cli_error("reading %s: it is gzip-compressed data; decompress it into the pipe "
+                              "(zcat FILE | attnctl predict ...) or name the file",
+                              name);
+                else if (r.gz_error)
                     cli_error("reading %s: the gzip data is corrupt or cut short (zlib: %s)", name,
                               r.gz_error);
                 else
