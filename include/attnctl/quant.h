@@ -19,6 +19,7 @@
 #ifndef ATTNCTL_QUANT_H
 #define ATTNCTL_QUANT_H
 
+#include <float.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -46,7 +47,7 @@ void ac_quant_rows_i8(int8_t *q, float *scale, const float *w, size_t rows, size
 static inline float ac_quant_inverse(float max)
 {
     const float inv = max > 0.0f ? 127.0f / max : 0.0f;
-    return inv <= 3.4e38f ? inv : 0.0f;
+    return inv <= FLT_MAX ? inv : 0.0f; /* false for infinity */
 }
 /* w[r, :] = q[r, :] * scale[r] */
 void ac_dequant_rows_i8(float *w, const int8_t *q, const float *scale, size_t rows, size_t cols);
