@@ -594,7 +594,10 @@ static void write_model_dir(const char *dir, const ac_model *m)
  *   max pooling:  no positions, bigrams in 7 buckets;
  *   mean pooling: learned positions, bigrams + trigrams in 11 buckets, ids
  *                 from 1450 up (the uint64 hash wraps), temperature 1.7;
- *   cls pooling:  sinusoidal positions, no n-grams. */
+ *   cls pooling:  sinusoidal positions, no n-grams;
+ *   and two with the wide path (a default model's head.wide.weight): uni- to
+ *   trigrams normalised at wide_norm 0.5 over 40 tokens, and uni- and bigrams
+ *   summed in 5 buckets. */
 START_TEST(test_pytorch_reproduces_a_model_dir)
 {
     const char *py = python_with_torch();
@@ -607,19 +610,30 @@ START_TEST(test_pytorch_reproduces_a_model_dir)
         ac_positions positions;
         int ngram_order, ngram_buckets, vocab_size;
         float temperature;
+        int wide_order, wide_buckets;
+        float wide_norm;
+        int max_len;
     } variants[] = {
-        {"max", AC_POS_NONE, 2, 7, 23, 1.0f},
-        {"mean", AC_POS_LEARNED, 3, 11, 1500, 1.7f},
-        {"cls", AC_POS_SINUSOIDAL, 1, 0, 23, 1.0f},
+        {"max", AC_POS_NONE, 2, 7, 23, 1.0f, 0, 0, 0.0f, 9},
+        {"mean", AC_POS_LEARNED, 3, 11, 1500, 1.7f, 0, 0, 0.0f, 9},
+        {"cls", AC_POS_SINUSOIDAL, 1, 0, 23, 1.0f, 0, 0, 0.0f, 9},
+        /* the wide path: normalised (a text of more distinct n-grams than
+         * AC_WIDE_NORM_FLOOR, and one of fewer), and a plain sum with collisions */
+        {"mean", AC_POS_SINUSOIDAL, 1, 0, 1500, 1.3f, 3, 4099, 0.5f, 40},
+        {"max", AC_POS_SINUSOIDAL, 2, 7, 23, 1.0f, 2, 5, 0.0f, 9},
     };
-    for (int pi = 0; pi < 3; pi++) {
-        ac_model_config cfg = {.vocab_size = variants[pi].vocab_size, .max_len = 9,
+    for (int pi = 0; pi < (int)(sizeof variants / sizeof variants[0]); pi++) {
+        ac_model_config cfg = {.vocab_size = variants[pi].vocab_size,
+                               .max_len = variants[pi].max_len,
                                .d_model = 12, .n_heads = 3, .d_ff = 20, .n_layers = 2,
                                .n_classes = 3, .dropout = 0.1f, .ln_eps = 1e-6f,
                                .positions = variants[pi].positions,
                                .ngram_order = variants[pi].ngram_order,
                                .ngram_buckets = variants[pi].ngram_buckets,
-                               .temperature = variants[pi].temperature};
+                               .temperature = variants[pi].temperature,
+                               .wide_order = variants[pi].wide_order,
+                               .wide_buckets = variants[pi].wide_buckets,
+                               .wide_norm = variants[pi].wide_norm};
         ck_assert_int_eq(ac_pooling_parse(variants[pi].pooling, &cfg.pooling), 0);
         ac_model m;
         ac_err err;
@@ -639,10 +653,18 @@ START_TEST(test_pytorch_reproduces_a_model_dir)
         if (ngram >= 0)
             for (size_t j = 0; j < m.table[ngram].numel; j++)
                 m.params[m.table[ngram].offset + j] = 0.3f * ac_rng_normal(ac_rng_key(99, 0), j);
+        /* So does the wide table: values of the logits' scale, so that a
+         * bucket or a normalisation taken wrongly shows. */
+        int wide = ac_model_find_tensor(&m, "head.wide.weight");
+        ck_assert_int_eq(wide >= 0, variants[pi].wide_order > 0);
+        if (wide >= 0)
+            for (size_t j = 0; j < m.table[wide].numel; j++)
+                m.params[m.table[wide].offset + j] = 3.0f * ac_rng_normal(ac_rng_key(98, 0), j);
 
-        enum { B = 3, T = 9 };
-        const int32_t lengths[B] = {5, 1, 9};
-        int32_t ids[B * T] = {0};
+        enum { B = 3, T_MAX = 40 };
+        const int T = cfg.max_len;
+        const int32_t lengths[B] = {5, 1, T};
+        int32_t ids[B * T_MAX] = {0};
         for (int b = 0; b < B; b++)
             for (int t = 0; t < lengths[b]; t++) {
                 ids[b * T + t] = t == 0 ? 2 : 1 + (b * 5 + t * 3) % 22;
@@ -713,11 +735,12 @@ START_TEST(test_pytorch_reproduces_a_model_dir)
                 from_plain = fmax(from_plain, fabs(v - exp(z[c] - zmax) / sum));
             }
         }
-        printf("model dir (%s pooling, positions %s, ngram_order %d, %d buckets, temperature "
-               "%g): PyTorch logits max|diff| %.3g (max |logit| %.3g), probabilities max|diff| "
-               "%.3g\n",
+        printf("model dir (%s pooling, positions %s, ngram_order %d, %d buckets, wide_order %d "
+               "in %d buckets, wide_norm %g, temperature %g): PyTorch logits max|diff| %.3g (max "
+               "|logit| %.3g), probabilities max|diff| %.3g\n",
                variants[pi].pooling, ac_positions_name(cfg.positions), cfg.ngram_order,
-               cfg.ngram_buckets, (double)cfg.temperature, worst, spread, worst_prob);
+               cfg.ngram_buckets, cfg.wide_order, cfg.wide_buckets, (double)cfg.wide_norm,
+               (double)cfg.temperature, worst, spread, worst_prob);
         ck_assert_msg(spread > 0.1, "logits too small to compare");
         ck_assert_msg(worst <= LOGIT_TOL * fmax(1.0, spread), "%s pooling: logits differ by %.3g",
                       variants[pi].pooling, worst);
