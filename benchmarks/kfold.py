@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """k-fold cross-validation of attnctl, fastText bigrams and NBSVM-bi on any labelled CSV.
 
-    kfold.py DATA.csv [--k 5] [--seed 1] [--methods attnctl,fasttext,nbsvm]
+    kfold.py DATA.csv [--k 5] [--seed 1 | --seeds 1,2,3] [--methods attnctl,fasttext,nbsvm]
              [--attnctl-opts "OPTIONS"]... [--name NAME] [--note TEXT] [--log FILE]
 
 The rows are cut into k stratified folds (each class's rows shuffled with --seed and dealt
-round-robin), the same folds for every method and every run with that seed. For each fold
+round-robin), the same folds for every method and every run with that seed (--seeds runs
+several such splits one after the other and ends with the mean over them). For each fold
 every method trains on the other k-1 folds and is scored on it:
 
   attnctl   `attnctl train FOLD_TRAIN.csv --out DIR --quiet [OPTIONS]` (no options: the
@@ -230,6 +231,9 @@ def main(argv=None):
     ap.add_argument("data")
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--seed", type=int, default=1, help="seed of the folds and of fastText")
+    ap.add_argument("--seeds", default="",
+                    help="several splits, e.g. 1,2,3: each run and logged as with --seed, then "
+                         "the mean over them (overrides --seed)")
     ap.add_argument("--methods", default="attnctl,fasttext,nbsvm")
     ap.add_argument("--attnctl-opts", action="append", default=None,
                     help="extra attnctl train options (one variant; may repeat)")
@@ -246,8 +250,11 @@ def main(argv=None):
 
     rows = read_rows(a.data)
     classes = sorted({lab for _, lab in rows})
-    fold_of = make_folds(rows, a.k, a.seed)
     folds = [int(x) for x in a.folds.split(",")] if a.folds else list(range(a.k))
+    try:
+        seeds = [int(x) for x in a.seeds.split(",")] if a.seeds else [a.seed]
+    except ValueError:
+        ap.error("--seeds takes whole numbers separated by commas, e.g. 1,2,3")
     methods = [m.strip() for m in a.methods.split(",") if m.strip()]
     variants = []
     for m in methods:
@@ -265,6 +272,25 @@ def main(argv=None):
     ft = os.environ.get("FASTTEXT", "fasttext")
     py = nbsvm_python()
     name = a.name or os.path.splitext(os.path.basename(a.data))[0]
+    means = {v: [] for v in variants}
+    for seed in seeds:
+        for v, mean in one_split(a, seed, rows, classes, folds, variants, binary, ft, py,
+                                 name).items():
+            means[v].append(mean)
+    if len(seeds) > 1:
+        print("%s: mean over the %d splits (seeds %s)" % (name, len(seeds), ",".join(map(str, seeds))))
+        print("| method | options | mean acc | per split |")
+        print("|---|---|---|---|")
+        for v in variants:
+            print("| %s | %s | %.2f | %s |" % (v[0], v[1] or "(defaults)",
+                                               100 * statistics.mean(means[v]),
+                                               " / ".join("%.2f" % (100 * m) for m in means[v])))
+
+
+def one_split(a, seed, rows, classes, folds, variants, binary, ft, py, name):
+    """k-fold cross-validation on the folds of one seed: prints its table, logs a line per
+    variant, returns each variant's mean accuracy."""
+    fold_of = make_folds(rows, a.k, seed)
     tmp = a.keep or tempfile.mkdtemp(prefix="kfold.")
     os.makedirs(tmp, exist_ok=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the temporary directory goes
@@ -273,7 +299,7 @@ def main(argv=None):
         for f in folds:
             tr_rows = [r for r, g in zip(rows, fold_of) if g != f]
             te_rows = [r for r, g in zip(rows, fold_of) if g == f]
-            fdir = os.path.join(tmp, "fold%d" % f)
+            fdir = os.path.join(tmp, "seed%d" % seed if a.seeds else "", "fold%d" % f)
             os.makedirs(fdir, exist_ok=True)
             tr, te = os.path.join(fdir, "train.csv"), os.path.join(fdir, "test.csv")
             write_csv(tr, tr_rows)
@@ -284,7 +310,7 @@ def main(argv=None):
                     acc, secs, extra = attnctl_fold(binary, shlex.split(opts), a.threads, tr, te,
                                                     fdir)
                 elif method == "fasttext":
-                    acc, secs, extra = fasttext_fold(ft, a.seed, tr_rows, te_rows, fdir)
+                    acc, secs, extra = fasttext_fold(ft, seed, tr_rows, te_rows, fdir)
                 else:
                     acc, secs, extra = nbsvm_fold(py, tr, te)
                 results[v]["acc"].append(acc)
@@ -298,7 +324,7 @@ def main(argv=None):
 
     cpu, commit = cpu_name(), git_commit()
     print("%s: %d rows, %d classes, %d-fold (seed %d, folds %s); %s; commit %s"
-          % (name, len(rows), len(classes), a.k, a.seed, ",".join(map(str, folds)), cpu, commit))
+          % (name, len(rows), len(classes), a.k, seed, ",".join(map(str, folds)), cpu, commit))
     print("| method | options | mean acc | sd | min-max | train s/fold |")
     print("|---|---|---|---|---|---|")
     date = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
@@ -311,7 +337,7 @@ def main(argv=None):
               % (method, opts or "(defaults)", 100 * mean, 100 * sd, 100 * min(acc), 100 * max(acc),
                  statistics.mean(secs)))
         line = {"date": date, "commit": commit, "data": os.path.abspath(a.data), "name": name,
-                "rows": len(rows), "classes": len(classes), "k": a.k, "seed": a.seed,
+                "rows": len(rows), "classes": len(classes), "k": a.k, "seed": seed,
                 "folds": folds, "method": method, "options": opts,
                 "fold_accuracy": [round(x, 6) for x in acc], "mean_accuracy": round(mean, 6),
                 "sd": round(sd, 6), "train_seconds": [round(x, 2) for x in secs], "cpu": cpu,
@@ -322,6 +348,7 @@ def main(argv=None):
         if a.log != "/dev/null":
             with open(a.log, "a", encoding="utf-8") as fl:
                 fl.write(json.dumps(line) + "\n")
+    return {v: statistics.mean(results[v]["acc"]) for v in variants}
 
 
 if __name__ == "__main__":
