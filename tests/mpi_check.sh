@@ -157,6 +157,50 @@ else
             --max-steps $((at + 8)) --threads 1
     fi
 fi
+# a stopped process (SIGSTOP: alive, but silent): the other gives up after
+# ATTNCTL_MPI_TIMEOUT seconds with one line naming the wait, and the job ends
+# with no process left (before the timeout, a stopped rank hung the job)
+ATTNCTL_MPI_TIMEOUT=3 timeout 120 mpirun -np 2 --oversubscribe --bind-to none "$bin" train "$data" \
+    --out "$work/stopped" $small --epochs 400 --patience 0 --threads 1 >"$work/out" 2>&1 &
+job=$!
+waited=0
+while [ ! -f "$work/stopped/checkpoint/model.safetensors" ] && [ $waited -lt 600 ]; do
+    sleep 0.1; waited=$((waited + 1))
+done
+launcher=$(pgrep -P "$job" | head -n 1)
+victim=$( [ -n "$launcher" ] && pgrep -P "$launcher" | tail -n 1)
+if [ -z "$victim" ]; then
+    echo "[mpi] FAIL: no rank to stop (did the run start?)"; sed 's/^/    /' "$work/out" | tail -n 5
+    failed=1
+else
+    kill -STOP $victim 2>/dev/null
+    wait $job 2>/dev/null; status=$?
+    left=0
+    while pgrep -f "$work/stopped" >/dev/null && [ $left -lt 100 ]; do
+        sleep 0.1; left=$((left + 1))
+    done
+    if pgrep -f "$work/stopped" >/dev/null; then
+        echo "[mpi] FAIL: a process outlived the job by 10 s"; pkill -9 -f "$work/stopped"; failed=1
+    fi
+    if [ $status -eq 0 ] || [ $status -eq 124 ]; then
+        echo "[mpi] FAIL: a stopped rank: the job exited $status (124: hung)"; failed=1
+    elif grep -q "no word from the other processes for 3 s" "$work/out"; then
+        echo "[mpi] ok: a stopped rank ends the job after ATTNCTL_MPI_TIMEOUT (exit $status)"
+    else
+        echo "[mpi] FAIL: a stopped rank: no message naming the wait:"
+        sed 's/^/    /' "$work/out" | head -n 5; failed=1
+    fi
+fi
+# a bad ATTNCTL_MPI_TIMEOUT: refused, naming it, before anything is written
+if ATTNCTL_MPI_TIMEOUT=soon timeout 60 mpirun -np 2 --oversubscribe --bind-to none "$bin" train \
+       "$data" --out "$work/bad_timeout" $small >"$work/out" 2>&1; then
+    echo "[mpi] FAIL: ATTNCTL_MPI_TIMEOUT=soon was accepted"; failed=1
+elif ! grep -q "ATTNCTL_MPI_TIMEOUT: 'soon' is not a number" "$work/out" || [ -e "$work/bad_timeout" ]; then
+    echo "[mpi] FAIL: ATTNCTL_MPI_TIMEOUT=soon: no message naming it, or files written:"
+    sed 's/^/    /' "$work/out" | head -n 5; failed=1
+else
+    echo "[mpi] ok: a bad ATTNCTL_MPI_TIMEOUT is refused, naming it"
+fi
 # SIGUSR1 to mpirun (forwarded to every process; SIGINT makes mpirun kill them):
 # all stop at the same step after a checkpoint, exit 130, and the resumed run
 # equals an uninterrupted one
