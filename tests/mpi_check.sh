@@ -120,32 +120,44 @@ elif grep -q -- "--micro-batch" "$work/out"; then
 else
     echo "[mpi] FAIL: no message naming --micro-batch:"; sed 's/^/    /' "$work/out"; failed=1
 fi
-# a process killed mid-run: the job ends non-zero (no hang) and the last
-# checkpoint resumes on 1 process
-timeout 120 mpirun -np 2 --oversubscribe --bind-to none "$bin" train "$data" --out "$work/killed" \
-    $small --epochs 400 --patience 0 --threads 1 >"$work/out" 2>&1 &
-job=$!
-waited=0
-while [ ! -f "$work/killed/checkpoint/model.safetensors" ] && [ $waited -lt 600 ]; do
-    sleep 0.1; waited=$((waited + 1))
-done
-launcher=$(pgrep -P "$job" | head -n 1)
-victim=$( [ -n "$launcher" ] && pgrep -P "$launcher" | tail -n 1)
-if [ -z "$victim" ]; then
-    echo "[mpi] FAIL: no rank to kill (did the run start?)"; sed 's/^/    /' "$work/out" | tail -n 5
-    failed=1
-else
-    sleep 0.3
-    kill -9 $victim 2>/dev/null
+# start_victim OUT TIMEOUT: a long 2-process training into OUT in the
+# background (ATTNCTL_MPI_TIMEOUT=TIMEOUT; empty: the default), under a
+# watchdog of 120 s; once it has a checkpoint, sets job and victim (a rank's
+# pid; empty when none was found, with a FAIL printed).
+start_victim() {
+    ATTNCTL_MPI_TIMEOUT=$2 timeout 120 mpirun -np 2 --oversubscribe --bind-to none "$bin" train \
+        "$data" --out "$1" $small --epochs 400 --patience 0 --threads 1 >"$work/out" 2>&1 &
+    job=$!
+    waited=0
+    while [ ! -f "$1/checkpoint/model.safetensors" ] && [ $waited -lt 600 ]; do
+        sleep 0.1; waited=$((waited + 1))
+    done
+    launcher=$(pgrep -P "$job" | head -n 1)
+    victim=$( [ -n "$launcher" ] && pgrep -P "$launcher" | tail -n 1)
+    if [ -z "$victim" ]; then
+        echo "[mpi] FAIL: no rank to signal (did the run start?)"
+        sed 's/^/    /' "$work/out" | tail -n 5; failed=1
+    fi
+}
+# end_victim OUT: waits for the job (sets status); no process of it may
+# outlive mpirun for long (writing, or hung).
+end_victim() {
     wait $job 2>/dev/null; status=$?
-    # no process of the job may outlive mpirun for long (writing, or hung)
     left=0
-    while pgrep -f "$work/killed" >/dev/null && [ $left -lt 100 ]; do
+    while pgrep -f "$1" >/dev/null && [ $left -lt 100 ]; do
         sleep 0.1; left=$((left + 1))
     done
-    if pgrep -f "$work/killed" >/dev/null; then
-        echo "[mpi] FAIL: a process outlived the job by 10 s"; pkill -9 -f "$work/killed"; failed=1
+    if pgrep -f "$1" >/dev/null; then
+        echo "[mpi] FAIL: a process outlived the job by 10 s"; pkill -9 -f "$1"; failed=1
     fi
+}
+# a process killed mid-run: the job ends non-zero (no hang) and the last
+# checkpoint resumes on 1 process
+start_victim "$work/killed" ""
+if [ -n "$victim" ]; then
+    sleep 0.3
+    kill -9 $victim 2>/dev/null
+    end_victim "$work/killed"
     if [ $status -eq 0 ]; then
         echo "[mpi] FAIL: a killed rank left the job exiting 0"; failed=1
     elif [ $status -eq 124 ]; then
@@ -160,28 +172,10 @@ fi
 # a stopped process (SIGSTOP: alive, but silent): the other gives up after
 # ATTNCTL_MPI_TIMEOUT seconds with one line naming the wait, and the job ends
 # with no process left (before the timeout, a stopped rank hung the job)
-ATTNCTL_MPI_TIMEOUT=3 timeout 120 mpirun -np 2 --oversubscribe --bind-to none "$bin" train "$data" \
-    --out "$work/stopped" $small --epochs 400 --patience 0 --threads 1 >"$work/out" 2>&1 &
-job=$!
-waited=0
-while [ ! -f "$work/stopped/checkpoint/model.safetensors" ] && [ $waited -lt 600 ]; do
-    sleep 0.1; waited=$((waited + 1))
-done
-launcher=$(pgrep -P "$job" | head -n 1)
-victim=$( [ -n "$launcher" ] && pgrep -P "$launcher" | tail -n 1)
-if [ -z "$victim" ]; then
-    echo "[mpi] FAIL: no rank to stop (did the run start?)"; sed 's/^/    /' "$work/out" | tail -n 5
-    failed=1
-else
+start_victim "$work/stopped" 3
+if [ -n "$victim" ]; then
     kill -STOP $victim 2>/dev/null
-    wait $job 2>/dev/null; status=$?
-    left=0
-    while pgrep -f "$work/stopped" >/dev/null && [ $left -lt 100 ]; do
-        sleep 0.1; left=$((left + 1))
-    done
-    if pgrep -f "$work/stopped" >/dev/null; then
-        echo "[mpi] FAIL: a process outlived the job by 10 s"; pkill -9 -f "$work/stopped"; failed=1
-    fi
+    end_victim "$work/stopped"
     if [ $status -eq 0 ] || [ $status -eq 124 ]; then
         echo "[mpi] FAIL: a stopped rank: the job exited $status (124: hung)"; failed=1
     elif grep -q "no word from the other processes for 3 s" "$work/out"; then
