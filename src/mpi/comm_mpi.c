@@ -247,19 +247,13 @@ void attnctl_mpi_close(ac_comm *c, int failed, int ending)
     }
     int any_ending = ending != 0;
     mpi_comm *m = (mpi_comm *)c;
-    MPI_Request req;
-    if (m && !m->gave_up &&
-        MPI_Iallreduce(MPI_IN_PLACE, &any_ending, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &req) ==
-            MPI_SUCCESS) {
-        if (wait_for(m, &req, "ending", NULL)) {
-            if (m->gave_up) {
-                MPI_Abort(MPI_COMM_WORLD, 1); /* a process that never came: end the job */
-                return;
-            }
-            any_ending = 1; /* an MPI error: leave without MPI_Finalize */
+    if (!m || allreduce_chunked(m, &any_ending, 1, sizeof any_ending, MPI_INT, MPI_MAX, "ending",
+                                NULL)) {
+        if (m && m->gave_up) {
+            MPI_Abort(MPI_COMM_WORLD, 1); /* a process that never came: end the job */
+            return;
         }
-    } else {
-        any_ending = 1;
+        any_ending = 1; /* an MPI error: leave without MPI_Finalize */
     }
     if (m) {
         MPI_Op_free(&m->int128_sum);
